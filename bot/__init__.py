@@ -1,0 +1,1 @@
+"""gaffer: plans, approvals and pull requests for coding agents, as a GitHub App."""

@@ -1,0 +1,30 @@
+"""Build gaffer's Flask app from settings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Flask, Response, jsonify
+
+from bot.db import Database
+from bot.queue import make_celery
+from bot.settings import Settings
+
+
+def create_app(settings: Settings | None = None, **overrides: Any) -> Flask:
+    """Return the web app: the webhook receivers and the health check."""
+    settings = settings or Settings.from_env()
+    app = Flask("gaffer")
+    app.config.update(GAFFER=settings, MAX_CONTENT_LENGTH=settings.max_body_bytes, **overrides)
+    app.extensions["gaffer_db"] = Database(settings.database_url)
+    app.extensions["gaffer_celery"] = make_celery(settings)
+
+    from bot import webhooks
+
+    app.register_blueprint(webhooks.bp)
+    app.add_url_rule("/healthz", "healthz", _healthz)
+    return app
+
+
+def _healthz() -> tuple[Response, int]:
+    return jsonify(status="ok"), 200

@@ -1,0 +1,140 @@
+"""The `gaffer` command: run everything, or one part, and manage the database."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+from bot.settings import Settings, SettingsError
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the command line and run the chosen command."""
+    parser = argparse.ArgumentParser(prog="gaffer", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("run", help="migrate, then start web, workers and beat together")
+    commands.add_parser("web", help="serve the webhook receiver with gunicorn")
+    worker = commands.add_parser("worker", help="run a Celery worker")
+    worker.add_argument("queues", nargs="?", default="github,agent")
+    worker.add_argument("--concurrency", default="2")
+    worker.add_argument("--beat", action="store_true")
+    db = commands.add_parser("db", help="database commands")
+    db.add_argument("action", choices=["upgrade"])
+    args = parser.parse_args(argv)
+    try:
+        settings = Settings.from_env()
+    except SettingsError as error:
+        print(f"gaffer: {error}", file=sys.stderr)
+        return 2
+    return _COMMANDS[args.command](settings, args)
+
+
+def _db(settings: Settings, _args: argparse.Namespace) -> int:
+    from bot.migrate import upgrade
+
+    upgrade(settings.database_url)
+    print(f"gaffer: database at {_safe(settings.database_url)} is up to date")
+    return 0
+
+
+def _web(settings: Settings, _args: argparse.Namespace) -> int:
+    return subprocess.call(_web_argv(settings))
+
+
+def _worker(_settings: Settings, args: argparse.Namespace) -> int:
+    argv = [sys.executable, "-m", "tasks.worker", args.queues, "--concurrency", args.concurrency]
+    return subprocess.call(argv + (["--beat"] if args.beat else []))
+
+
+def _run(settings: Settings, args: argparse.Namespace) -> int:
+    _db(settings, args)
+    slots = str(settings.server_config.get("agent_slots", 2))
+    children = [
+        subprocess.Popen(_web_argv(settings)),
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tasks.worker",
+                "github",
+                "--concurrency",
+                "4",
+                "--beat",
+                "--name",
+                "github@%h",
+            ]
+        ),
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tasks.worker",
+                "agent",
+                "--concurrency",
+                slots,
+                "--name",
+                "agent@%h",
+            ]
+        ),
+    ]
+    print(
+        f"gaffer: listening on http://0.0.0.0:{settings.port} "
+        f"({'embedded' if settings.embedded else 'servers'}); Ctrl-C stops everything"
+    )
+    return _supervise(children)
+
+
+def _supervise(children: list[subprocess.Popen[bytes]]) -> int:
+    # When one part dies or we are asked to stop, stop them all.
+    stopping = False
+
+    def stop(_signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    while not stopping and all(child.poll() is None for child in children):
+        time.sleep(0.2)
+    for child in children:
+        if child.poll() is None:
+            child.terminate()
+    for child in children:
+        child.wait(timeout=30)
+    return 0 if stopping else 1
+
+
+def _web_argv(settings: Settings) -> list[str]:
+    workers = os.environ.get("GAFFER_WEB_WORKERS", "2")
+    return [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        "--bind",
+        f"0.0.0.0:{settings.port}",
+        "--workers",
+        workers,
+        "--threads",
+        "4",
+        "bot.app:create_app()",
+    ]
+
+
+def _safe(url: str) -> str:
+    # Never print a password that a DATABASE_URL may carry.
+    if "@" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://…@{rest.split('@', 1)[1]}"
+
+
+_COMMANDS = {"run": _run, "web": _web, "worker": _worker, "db": _db}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,350 @@
+"""Find the one slash command in an issue comment and check it against the registry.
+
+A command is a line whose text starts with ``/name`` (name in any case, at most three
+spaces of indentation, trailing spaces allowed). Only text a reader sees as ordinary prose
+counts; these are never commands:
+
+- lines inside fenced code blocks (``` or ~~~, also when indented or in a list item);
+- lines inside inline code spans, including spans that run over several lines;
+- block quotes, and the lines directly after a quoted line that markdown folds into the
+  quote ("lazy continuation") until a blank line;
+- anything inside an HTML comment, including multi-line and unclosed ones. A line is cut
+  at its first ``<!--`` and the rest of the line that closes a comment is dropped;
+- a ``/name`` mid-sentence, and paths such as ``/usr/bin``.
+
+Invisible characters (zero-width, bidi, other format and control characters) are removed
+before anything else, so the parser reads the text as it renders: ``/\\u200bapprove`` and
+``\\u200b/approve`` are both ``/approve``, and no hidden character can make a command
+that looks like something else. Where markdown is ambiguous the parser errs towards
+"not a command": a missed command gets no 👀, a false one would act.
+
+The text after the name must match the command's documented arguments exactly, or the
+comment is refused with the usage; ``/revise`` and ``/reject`` take the rest of the
+comment (HTML comments removed), up to MAX_ARGUMENT_CHARS.
+"""
+
+from __future__ import annotations
+
+import bisect
+import difflib
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+
+from bot.untrusted import strip_html_comments, strip_invisible
+
+MAX_ARGUMENT_CHARS = 20_000
+_RAW_CHARS = 200
+_FOLDED_ARGS = frozenset({"sha"})
+
+_COMMAND_LINE = re.compile(r" {0,3}/(?P<name>[A-Za-z][A-Za-z0-9_-]{0,39})(?![A-Za-z0-9_/-])")
+# Any indentation and list markers: a fence inside a list item still hides its lines.
+_FENCE_OPEN = re.compile(
+    r"[ \t]*(?:(?:[-*+]|\d{1,9}[.)])[ \t]+)*(?P<fence>`{3,}+(?=[^`]*$)|~{3,}+)"
+)
+_BACKTICKS = re.compile(r"`+")
+_NOT_NEWLINE = re.compile(r"[^\n]")
+
+
+class Who(StrEnum):
+    """Who may use a command; bot/permissions.py decides who counts as a writer."""
+
+    WRITER = "writer"
+    ANYONE = "anyone"
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    """One command: its name, usage, help text, audience and argument grammar."""
+
+    name: str
+    args: str
+    summary: str
+    who: Who
+    pattern: re.Pattern[str]
+    # The argument text runs from the command to the end of the comment, not the line.
+    multiline: bool = False
+
+    @property
+    def usage(self) -> str:
+        return f"/{self.name} {self.args}".rstrip()
+
+
+@dataclass(frozen=True)
+class Command:
+    """A well-formed command: lower-case name, parsed arguments, and the line as written."""
+
+    name: str
+    args: dict[str, str]
+    raw: str
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A comment that tried to give a command but got it wrong, and why."""
+
+    raw: str
+    reason: str
+
+
+_NO_ARGS = re.compile("")
+
+
+def _spec(
+    name: str,
+    args: str,
+    summary: str,
+    who: Who,
+    pattern: str = "",
+    flags: int = 0,
+    multiline: bool = False,
+) -> CommandSpec:
+    compiled = re.compile(pattern, flags | re.ASCII) if pattern else _NO_ARGS
+    return CommandSpec(name, args, summary, who, compiled, multiline)
+
+
+REGISTRY: tuple[CommandSpec, ...] = (
+    _spec(
+        "approve",
+        "[rN]",
+        "Approve the current plan, or plan revision N.",
+        Who.WRITER,
+        r"(?:r(?P<revision>[1-9]\d{0,5}))?",
+        re.IGNORECASE,
+    ),
+    _spec(
+        "approve-diff",
+        "[sha]",
+        "Approve the verified diff at this head SHA and open the PR.",
+        Who.WRITER,
+        r"(?P<sha>[0-9a-f]{7,40})?",
+        re.IGNORECASE,
+    ),
+    _spec(
+        "revise",
+        "<feedback>",
+        "Ask for changes; the rest of the comment is the feedback.",
+        Who.WRITER,
+        r"(?P<feedback>.+)",
+        re.DOTALL,
+        multiline=True,
+    ),
+    _spec("expand", "", "Ask for a more detailed plan.", Who.WRITER),
+    _spec("split", "", "Ask for the work to be split into smaller plans.", Who.WRITER),
+    _spec(
+        "reject",
+        "[reason]",
+        "Reject the plan or diff; the rest of the comment is the reason.",
+        Who.WRITER,
+        r"(?P<reason>.*)",
+        re.DOTALL,
+        multiline=True,
+    ),
+    _spec("retry", "", "Run the failed stage again.", Who.WRITER),
+    _spec("cancel", "", "Stop the running job.", Who.WRITER),
+    _spec("icebox", "", "Park the issue until someone says /thaw.", Who.WRITER),
+    _spec("thaw", "", "Bring an iceboxed issue back to its plan.", Who.WRITER),
+    _spec(
+        "agent",
+        "<name> [model]",
+        "Use this agent, and optionally this model, for the issue.",
+        Who.WRITER,
+        r"(?P<name>[A-Za-z][\w.-]{0,39})(?:\s+(?P<model>[\w.:/@-]{1,100}))?",
+    ),
+    _spec(
+        "budget",
+        "<usd>",
+        "Set the issue's spending limit in US dollars.",
+        Who.WRITER,
+        r"\$?(?P<usd>(?!0+(?:\.0+)?$)\d{1,6}(?:\.\d{1,2})?)",
+    ),
+    _spec("status", "", "Show where the issue is in its lifecycle.", Who.ANYONE),
+    _spec("cost", "", "Show what the issue has cost so far.", Who.ANYONE),
+    _spec("help", "", "Show this table.", Who.ANYONE),
+)
+_BY_NAME = {spec.name: spec for spec in REGISTRY}
+_WHO_LABEL = {Who.WRITER: "write access or approver", Who.ANYONE: "anyone"}
+
+
+def spec_for(name: str) -> CommandSpec:
+    """Return the registered command called name."""
+    return _BY_NAME[name]
+
+
+def parse_comment(body: str) -> Command | Refusal | None:
+    """Return the comment's command, a refusal explaining why it is not one, or None."""
+    lines = strip_invisible(body).split("\n")
+    found = list(_command_lines(lines))
+    if not found:
+        return None
+    if len(found) > 1:
+        raw = "\n".join(_shorten(lines[index]) for index, _ in found[:2])
+        return Refusal(raw, f"One command per comment; this comment has {len(found)}.")
+    index, match = found[0]
+    return _interpret(lines, index, match)
+
+
+def render_help() -> str:
+    """Render the commands table for /help and the README from the registry."""
+    rows = [f"| `{spec.usage}` | {_WHO_LABEL[spec.who]} | {spec.summary} |" for spec in REGISTRY]
+    return "\n".join(["| Command | Who | What it does |", "|---|---|---|", *rows])
+
+
+def _interpret(lines: list[str], index: int, match: re.Match[str]) -> Command | Refusal:
+    raw = _shorten(lines[index])
+    name = match["name"].lower()
+    spec = _BY_NAME.get(name)
+    if spec is None:
+        return Refusal(raw, _unknown_reason(name))
+    text = _argument_text(spec, lines, index, match.end())
+    if len(text) > MAX_ARGUMENT_CHARS:
+        return Refusal(
+            raw,
+            f"The text after /{name} is {len(text):,} characters; "
+            f"the limit is {MAX_ARGUMENT_CHARS:,}.",
+        )
+    args = spec.pattern.fullmatch(text)
+    if args is None:
+        return Refusal(raw, f"Usage: {spec.usage}")
+    return Command(name, _clean_args(args), raw)
+
+
+def _argument_text(spec: CommandSpec, lines: list[str], index: int, start: int) -> str:
+    if not spec.multiline:
+        return _drop_comment_tail(lines[index][start:]).strip()
+    rest = "\n".join([lines[index][start:], *lines[index + 1 :]])
+    return strip_html_comments(rest).strip()
+
+
+def _drop_comment_tail(text: str) -> str:
+    cut = text.find("<!--")
+    return text if cut < 0 else text[:cut]
+
+
+def _clean_args(match: re.Match[str]) -> dict[str, str]:
+    args = {key: value for key, value in match.groupdict().items() if value}
+    return {key: value.lower() if key in _FOLDED_ARGS else value for key, value in args.items()}
+
+
+def _unknown_reason(name: str) -> str:
+    nearest = difflib.get_close_matches(name, _BY_NAME, n=1, cutoff=0.6)
+    if nearest:
+        return f"Unknown command /{name}; did you mean /{nearest[0]}?"
+    return f"Unknown command /{name}; /help lists the commands."
+
+
+def _shorten(line: str) -> str:
+    line = line.strip()
+    return line if len(line) <= _RAW_CHARS else line[: _RAW_CHARS - 1] + "…"
+
+
+def _command_lines(lines: list[str]) -> Iterator[tuple[int, re.Match[str]]]:
+    """Yield (line index, match) for each line that is a command as rendered."""
+    visible = _mask_code_spans(_visible_lines(lines))
+    for index, line in enumerate(visible):
+        match = _COMMAND_LINE.match(line) if line else None
+        if match:
+            yield index, match
+
+
+def _visible_lines(lines: list[str]) -> list[str | None]:
+    """Map each line to the text a reader sees as prose, or None if it is not prose."""
+    scan = _BlockScan()
+    return [scan.visible(line) for line in lines]
+
+
+class _BlockScan:
+    """Track fences, HTML comments and block quotes from one line to the next."""
+
+    def __init__(self) -> None:
+        self.fence = ""
+        self.in_comment = False
+        self.in_quote = False
+
+    def visible(self, line: str) -> str | None:
+        if self.fence:
+            self.fence = "" if _closes_fence(line, self.fence) else self.fence
+            return None
+        if self.in_comment:
+            _, self.in_comment = _split_comment(line, in_comment=True)
+            return None
+        opening = _FENCE_OPEN.match(line)
+        if opening:
+            self.fence, self.in_quote = opening["fence"], False
+            return None
+        return self._outside_blocks(line)
+
+    def _outside_blocks(self, line: str) -> str | None:
+        if not line.strip():
+            self.in_quote = False
+            return line
+        text, self.in_comment = _split_comment(line, in_comment=False)
+        if text.lstrip().startswith(">"):
+            self.in_quote = True
+        return None if self.in_quote else text
+
+
+def _closes_fence(line: str, fence: str) -> bool:
+    stripped = line.strip()
+    return stripped.startswith(fence) and stripped == fence[0] * len(stripped)
+
+
+def _split_comment(line: str, *, in_comment: bool) -> tuple[str, bool]:
+    """Return the line's text before any HTML comment, and whether one is open at its end."""
+    start = 0 if in_comment else line.find("<!--")
+    if start < 0:
+        return line, False
+    shown = "" if in_comment else line[:start]
+    position = start if in_comment else start + 4
+    while True:
+        close = line.find("-->", position)
+        if close < 0:
+            return shown, True
+        reopen = line.find("<!--", close + 3)
+        if reopen < 0:
+            return shown, False
+        position = reopen + 4
+
+
+def _mask_code_spans(lines: list[str | None]) -> list[str | None]:
+    """Overwrite inline code spans with backticks, paragraph by paragraph, keeping lengths."""
+    masked: list[str | None] = []
+    paragraph: list[str] = []
+    for line in [*lines, None]:
+        if line is not None and line.strip():
+            paragraph.append(line)
+            continue
+        if paragraph:
+            masked += _mask_paragraph("\n".join(paragraph)).split("\n")
+            paragraph = []
+        masked.append(line)
+    return masked[:-1]
+
+
+def _mask_paragraph(text: str) -> str:
+    pieces, done = [], 0
+    for start, end in _code_spans(text):
+        pieces += [text[done:start], _NOT_NEWLINE.sub("`", text[start:end])]
+        done = end
+    pieces.append(text[done:])
+    return "".join(pieces)
+
+
+def _code_spans(text: str) -> Iterator[tuple[int, int]]:
+    """Yield (start, end) of code spans: a backtick run closed by the next run as long."""
+    runs = [match.span() for match in _BACKTICKS.finditer(text)]
+    by_length: dict[int, list[int]] = {}
+    for number, (start, end) in enumerate(runs):
+        by_length.setdefault(end - start, []).append(number)
+    number = 0
+    while number < len(runs):
+        start, end = runs[number]
+        same = by_length[end - start]
+        later = bisect.bisect_right(same, number)
+        if later == len(same):
+            number += 1
+            continue
+        closing = same[later]
+        yield start, runs[closing][1]
+        number = closing + 1

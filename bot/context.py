@@ -1,0 +1,41 @@
+"""What a handler is given: the open transaction, GitHub, settings, and deferred effects."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from bot.db import Database
+from bot.github import RepoClient
+from bot.settings import Settings
+
+
+@dataclass
+class Context:
+    """One delivery's handling: database writes commit together, effects run after."""
+
+    session: Session
+    db: Database
+    settings: Settings
+    github: Callable[[int, str], RepoClient]
+    send_task: Callable[..., None]
+    effects: list[Callable[[], None]] = field(default_factory=list)
+
+    def after_commit(self, effect: Callable[[], None]) -> None:
+        """Run effect once the transaction has committed (GitHub calls, enqueues)."""
+        self.effects.append(effect)
+
+    def enqueue(self, name: str, **kwargs: Any) -> None:
+        """Enqueue a task by name after commit."""
+        self.after_commit(lambda: self.send_task(name, **kwargs))
+
+    def publish_status(self, installation_id: int, full_name: str, plan_id: int) -> None:
+        """Refresh the plan's status comment and label after commit."""
+        from bot.status import publish_status
+
+        self.after_commit(
+            lambda: publish_status(self.db, self.github(installation_id, full_name), plan_id)
+        )

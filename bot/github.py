@@ -1,0 +1,170 @@
+"""The one way gaffer talks to GitHub: App auth, installation tokens, and the calls it makes."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from github import Auth, Github, GithubException, GithubIntegration, GithubRetry
+
+from bot.settings import Settings
+
+STATUS_MARKER = "<!-- gaffer:status -->"
+LABEL_PREFIX = "gaffer: "
+# Renew a little before GitHub's expiry so a token never dies in the middle of a git push.
+TOKEN_MARGIN = timedelta(minutes=5)
+
+
+class PermissionUnknown(Exception):
+    """GitHub could not tell us a user's permission; gaffer refuses rather than guesses."""
+
+
+@dataclass
+class _Token:
+    value: str
+    expires_at: datetime
+
+
+class GitHubApp:
+    """The App's identity: signs JWTs and hands out per-installation clients and tokens."""
+
+    def __init__(self, settings: Settings, *, retries: int = 4) -> None:
+        if not (settings.app_id and settings.private_key):
+            raise RuntimeError("APP_ID and PRIVATE_KEY (or PRIVATE_KEY_PATH) are needed")
+        self.settings = settings
+        self.app_id = int(settings.app_id)
+        self._auth = Auth.AppAuth(settings.app_id, settings.private_key)
+        self._retry = GithubRetry(total=retries, backoff_factor=0.5)
+        self._tokens: dict[int, _Token] = {}
+        self._lock = threading.Lock()
+
+    def integration(self) -> GithubIntegration:
+        """Return a client authenticated as the App itself (JWT)."""
+        return GithubIntegration(
+            auth=self._auth, base_url=self.settings.github_api_url, retry=self._retry
+        )
+
+    def token(self, installation_id: int) -> str:
+        """Return a live installation token, renewed before it expires."""
+        with self._lock:
+            cached = self._tokens.get(installation_id)
+            if cached is None or cached.expires_at - TOKEN_MARGIN <= datetime.now(UTC):
+                access = self.integration().get_access_token(installation_id)
+                cached = _Token(access.token, _aware(access.expires_at))
+                self._tokens[installation_id] = cached
+            return cached.value
+
+    def installation(self, installation_id: int, full_name: str) -> RepoClient:
+        """Return a client for one repository, acting as the installation."""
+        gh = Github(
+            auth=Auth.Token(self.token(installation_id)),
+            base_url=self.settings.github_api_url,
+            retry=self._retry,
+        )
+        return RepoClient(gh, full_name, self.app_id)
+
+
+class RepoClient:
+    """The calls gaffer makes on one repository, each looking up before it creates."""
+
+    def __init__(self, gh: Github, full_name: str, app_id: int) -> None:
+        self.gh = gh
+        self.full_name = full_name
+        self.app_id = app_id
+        self._repo: Any = None
+
+    @property
+    def repo(self) -> Any:
+        if self._repo is None:
+            self._repo = self.gh.get_repo(self.full_name)
+        return self._repo
+
+    def permission(self, login: str) -> str:
+        """Return a user's permission on the repository: admin, write, read or none."""
+        try:
+            return str(self.repo.get_collaborator_permission(login))
+        except GithubException as error:
+            if error.status == 404:
+                return "none"
+            raise PermissionUnknown(str(error.status)) from error
+        except Exception as error:  # timeouts, connection errors: fail closed
+            raise PermissionUnknown(type(error).__name__) from error
+
+    def issue(self, number: int) -> Any:
+        return self.repo.get_issue(number)
+
+    def reply(self, number: int, body: str) -> int:
+        """Post a new comment on an issue and return its id."""
+        return int(self.issue(number).create_comment(body).id)
+
+    def react(self, number: int, comment_id: int, content: str = "eyes") -> None:
+        """Add a reaction to a comment; GitHub keeps one per user and content."""
+        self.issue(number).get_comment(comment_id).create_reaction(content)
+
+    def upsert_status(self, number: int, body: str, known_id: int | None) -> int:
+        """Edit gaffer's one status comment on the issue, creating it only if none exists."""
+        issue = self.issue(number)
+        comment = self._status_comment(issue, known_id)
+        if comment is None:
+            return int(issue.create_comment(body).id)
+        if comment.body != body:
+            comment.edit(body)
+        return int(comment.id)
+
+    def _status_comment(self, issue: Any, known_id: int | None) -> Any:
+        if known_id is not None:
+            try:
+                return issue.get_comment(known_id)
+            except GithubException as error:
+                if error.status != 404:
+                    raise
+        for comment in issue.get_comments():
+            if STATUS_MARKER in (comment.body or "") and self._is_ours(comment):
+                return comment
+        return None
+
+    def _is_ours(self, comment: Any) -> bool:
+        # A human can paste the marker; only a comment made by this App counts.
+        app = comment.raw_data.get("performed_via_github_app") or {}
+        return comment.user.type == "Bot" and app.get("id") == self.app_id
+
+    def set_state_label(self, number: int, state: str) -> None:
+        """Give the issue exactly one `gaffer: <state>` label."""
+        issue = self.issue(number)
+        wanted = LABEL_PREFIX + state
+        for label in issue.labels:
+            if label.name.startswith(LABEL_PREFIX) and label.name != wanted:
+                issue.remove_from_labels(label.name)
+        if wanted not in {label.name for label in issue.labels}:
+            # PyGithub sends a bare list here; GitHub documents the object form.
+            self.gh.requester.requestJsonAndCheck(
+                "POST", f"{issue.url}/labels", input={"labels": [wanted]}
+            )
+
+    def issue_thread(self, number: int) -> tuple[Any, list[tuple[str, str]]]:
+        """Return the issue and its people's comments as (author, body), gaffer's left out."""
+        issue = self.issue(number)
+        comments = [
+            (c.user.login, c.body or "") for c in issue.get_comments() if not self._is_ours(c)
+        ]
+        return issue, comments
+
+    def default_branch_sha(self) -> str:
+        """Return the commit the default branch points at now."""
+        return str(self.repo.get_branch(self.repo.default_branch).commit.sha)
+
+    def file_on_default_branch(self, path: str) -> str | None:
+        """Return a file's text from the default branch, or None when it is not there."""
+        try:
+            content = self.repo.get_contents(path, ref=self.repo.default_branch)
+        except GithubException as error:
+            if error.status == 404:
+                return None
+            raise
+        return content.decoded_content.decode("utf-8", errors="replace")
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

@@ -1,0 +1,85 @@
+"""Issue comments: find the one command, check who sent it, and act on it once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+
+from bot.commands import Command, Refusal, Who, parse_comment, spec_for
+from bot.context import Context
+from bot.handlers import plan_commands
+from bot.models import CommandReceipt
+from bot.permissions import COULD_NOT_VERIFY, PermissionUnknown, may_approve
+from bot.render import config_error
+from bot.repo_config import RepoConfigError, fetch_repo_config
+from bot.router import Router
+
+router = Router()
+
+
+@router.register("issue_comment", "created")
+def comment_created(ctx: Context, payload: dict[str, Any]) -> None:
+    """Act on a command in a new comment; edits and deletions never reach here."""
+    comment, issue = payload["comment"], payload["issue"]
+    if _from_a_bot(ctx, comment) or issue.get("pull_request"):
+        return
+    parsed = parse_comment(comment.get("body") or "")
+    if parsed is None:
+        return
+    request = plan_commands.Request.from_payload(ctx, payload)
+    if not _first_sighting(ctx, payload, parsed):
+        return
+    if isinstance(parsed, Refusal):
+        request.refuse(parsed.raw, parsed.reason)
+        return
+    _authorised_run(request, parsed)
+
+
+def _authorised_run(request: plan_commands.Request, command: Command) -> None:
+    try:
+        request.config = fetch_repo_config(
+            request.client, request.ctx.settings.server_config.get("defaults")
+        )
+    except RepoConfigError as error:
+        request.refuse(command.raw, config_error(str(error)))
+        return
+    if spec_for(command.name).who == Who.WRITER:
+        try:
+            allowed = may_approve(request.client, request.actor, request.config)
+        except PermissionUnknown:
+            request.refuse(command.raw, COULD_NOT_VERIFY)
+            return
+        if not allowed:
+            request.refuse(
+                command.raw,
+                f"@{request.actor}, `/{command.name}` needs write access to this repository "
+                "or a place in `approvers` in `.github/gaffer.yml`.",
+            )
+            return
+    plan_commands.run(request, command)
+
+
+def _from_a_bot(ctx: Context, comment: dict[str, Any]) -> bool:
+    user = comment.get("user") or {}
+    allowed = ctx.settings.server_config.get("allowed_bots") or []
+    return bool(user.get("type") == "Bot" or comment.get("performed_via_github_app")) and (
+        user.get("login") not in allowed
+    )
+
+
+def _first_sighting(ctx: Context, payload: dict[str, Any], parsed: Command | Refusal) -> bool:
+    # Two deliveries of one comment (a redelivery from another hook, a replay) act once.
+    name = parsed.name if isinstance(parsed, Command) else "refused"
+    receipt = CommandReceipt(
+        repository_id=payload["repository"]["id"],
+        comment_id=payload["comment"]["id"],
+        command=name,
+        actor=payload["comment"]["user"]["login"],
+    )
+    try:
+        with ctx.session.begin_nested():
+            ctx.session.add(receipt)
+    except IntegrityError:
+        return False
+    return True

@@ -1,0 +1,64 @@
+"""Keep the installations and repositories tables true to what GitHub says."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from bot.context import Context
+from bot.models import Installation, Repository, utcnow
+from bot.router import Router
+
+router = Router()
+
+
+def remember_installation(session: Session, payload: dict[str, Any]) -> Installation:
+    """Create or refresh the installation a payload came through."""
+    data = payload["installation"]
+    row = session.get(Installation, data["id"]) or Installation(id=data["id"], account_login="")
+    account = data.get("account") or {}
+    row.account_login = account.get("login") or row.account_login or "unknown"
+    row.removed_at = None
+    session.add(row)
+    return row
+
+
+def remember_repository(session: Session, installation_id: int, repo: dict[str, Any]) -> Repository:
+    """Create or refresh a repository row from a payload's repository object."""
+    row = session.get(Repository, repo["id"]) or Repository(id=repo["id"])
+    row.installation_id = installation_id
+    row.full_name = repo["full_name"]
+    row.removed_at = None
+    session.add(row)
+    return row
+
+
+@router.register("installation", "created")
+@router.register("installation", "new_permissions_accepted")
+def installation_created(ctx: Context, payload: dict[str, Any]) -> None:
+    installation = remember_installation(ctx.session, payload)
+    for repo in payload.get("repositories") or []:
+        remember_repository(ctx.session, installation.id, repo)
+
+
+@router.register("installation", "deleted")
+def installation_deleted(ctx: Context, payload: dict[str, Any]) -> None:
+    installation = remember_installation(ctx.session, payload)
+    installation.removed_at = utcnow()
+
+
+@router.register("installation", "suspend")
+@router.register("installation", "unsuspend")
+def installation_suspended(ctx: Context, payload: dict[str, Any]) -> None:
+    remember_installation(ctx.session, payload).suspended = payload["action"] == "suspend"
+
+
+@router.register("installation_repositories", "added")
+@router.register("installation_repositories", "removed")
+def repositories_changed(ctx: Context, payload: dict[str, Any]) -> None:
+    installation = remember_installation(ctx.session, payload)
+    for repo in payload.get("repositories_added") or []:
+        remember_repository(ctx.session, installation.id, repo)
+    for repo in payload.get("repositories_removed") or []:
+        remember_repository(ctx.session, installation.id, repo).removed_at = utcnow()

@@ -1,0 +1,84 @@
+"""Issues: the trigger label starts a plan; closing or losing the issue stops it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bot.context import Context
+from bot.handlers.installations import remember_installation, remember_repository
+from bot.models import Job, JobState, Plan
+from bot.plans import active_plan, add_job, advance, start_plan
+from bot.queue import RUN_JOB
+from bot.render import config_error
+from bot.repo_config import RepoConfigError, fetch_repo_config, load_repo_config
+from bot.router import Router
+from bot.states import Event
+
+router = Router()
+
+
+@router.register("issues", "labeled")
+def label_added(ctx: Context, payload: dict[str, Any]) -> None:
+    """Start a plan when the trigger label is added to an issue without an active plan."""
+    issue, repo = payload["issue"], payload["repository"]
+    installation_id = payload["installation"]["id"]
+    client = ctx.github(installation_id, repo["full_name"])
+    label = (payload.get("label") or {}).get("name")
+    defaults = ctx.settings.server_config.get("defaults")
+    try:
+        config = fetch_repo_config(client, defaults)
+    except RepoConfigError as error:
+        # The broken file may have renamed the label; answer when the usual one is used.
+        if label == load_repo_config(None, defaults).label:
+            message = config_error(str(error))
+            ctx.after_commit(lambda: client.reply(issue["number"], message))
+        return
+    if label != config.label or issue.get("state") != "open":
+        return
+    remember_installation(ctx.session, payload)
+    remember_repository(ctx.session, installation_id, repo)
+    plan = Plan(
+        repository_id=repo["id"],
+        installation_id=installation_id,
+        issue_number=issue["number"],
+        issue_title=issue.get("title") or "",
+        issue_author=(issue.get("user") or {}).get("login", ""),
+        clone_url=repo["clone_url"],
+        agent=config.agent or ctx.settings.default_agent,
+        model=config.model,
+    )
+    if not start_plan(ctx.session, plan):
+        return
+    job = add_job(ctx.session, plan, "plan", "plan:r1")
+    assert job is not None  # a new plan has no jobs yet
+    ctx.session.flush()
+    ctx.enqueue(RUN_JOB, job_id=job.id)
+    ctx.publish_status(installation_id, repo["full_name"], plan.id)
+
+
+@router.register("issues", "closed")
+@router.register("issues", "deleted")
+@router.register("issues", "transferred")
+def issue_gone(ctx: Context, payload: dict[str, Any]) -> None:
+    """Stop the issue's plan when the issue is closed, deleted or moved away."""
+    repo, number = payload["repository"], payload["issue"]["number"]
+    plan = active_plan(ctx.session, repo["id"], number)
+    if plan is None:
+        return
+    reason = f"issue {payload['action']}"
+    if advance(ctx.session, plan, Event.ISSUE_CLOSED, actor=_login(payload), reason=reason):
+        cancel_jobs(ctx, plan)
+        if payload["action"] == "closed":
+            ctx.publish_status(plan.installation_id, repo["full_name"], plan.id)
+
+
+def cancel_jobs(ctx: Context, plan: Plan) -> None:
+    """Mark the plan's unfinished jobs cancelled; a running agent sees it and stops."""
+    for job in ctx.session.query(Job).filter(
+        Job.plan_id == plan.id, Job.state.in_([JobState.QUEUED, JobState.RUNNING])
+    ):
+        job.state = JobState.CANCELLED
+
+
+def _login(payload: dict[str, Any]) -> str:
+    return str((payload.get("sender") or {}).get("login", "unknown"))

@@ -1,0 +1,18 @@
+"""Run Alembic migrations against the URL gaffer hands in."""
+
+from alembic import context
+from sqlalchemy import create_engine
+
+from bot.models import Base
+
+url = context.config.get_main_option("sqlalchemy.url")
+if context.is_offline_mode():
+    context.configure(url=url, target_metadata=Base.metadata, literal_binds=True)
+    with context.begin_transaction():
+        context.run_migrations()
+else:
+    connectable = context.config.attributes.get("connection") or create_engine(url)
+    with connectable.connect() if hasattr(connectable, "connect") else connectable as conn:
+        context.configure(connection=conn, target_metadata=Base.metadata, render_as_batch=True)
+        with context.begin_transaction():
+            context.run_migrations()

@@ -1,0 +1,220 @@
+"""The database: installations, repositories, plans and everything that happens to them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    Enum,
+    ForeignKey,
+    Integer,
+    Numeric,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utcnow() -> datetime:
+    """Return the current time, timezone-aware, in UTC."""
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class PlanState(StrEnum):
+    PLANNING = "planning"
+    DRAFT = "draft"
+    APPROVED = "approved"
+    EXECUTING = "executing"
+    VERIFYING = "verifying"
+    IN_REVIEW = "in_review"
+    PR_OPEN = "pr_open"
+    MERGED = "merged"
+    CLOSED = "closed"
+    REJECTED = "rejected"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+    ICEBOX = "icebox"
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+def _enum(cls: type[StrEnum]) -> Enum:
+    # Stored by value so the rows read the same in SQL as in the code.
+    return Enum(cls, values_callable=lambda e: [m.value for m in e], native_enum=False, length=20)
+
+
+class Installation(Base):
+    __tablename__ = "installations"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    account_login: Mapped[str] = mapped_column(String(200))
+    suspended: Mapped[bool] = mapped_column(default=False)
+    removed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Repository(Base):
+    __tablename__ = "repositories"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    installation_id: Mapped[int | None] = mapped_column(
+        ForeignKey("installations.id", ondelete="SET NULL")
+    )
+    full_name: Mapped[str] = mapped_column(String(200), index=True)
+    removed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Delivery(Base):
+    """One webhook delivery as received; the outbox work is enqueued from."""
+
+    __tablename__ = "deliveries"
+    __table_args__ = (UniqueConstraint("source", "hook_id", "delivery_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    source: Mapped[str] = mapped_column(String(20))
+    hook_id: Mapped[str] = mapped_column(String(64))
+    delivery_id: Mapped[str] = mapped_column(String(128))
+    event: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str | None] = mapped_column(String(64))
+    payload: Mapped[str] = mapped_column(Text)
+    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    enqueued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    processed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), index=True)
+    attempts: Mapped[int] = mapped_column(default=0)
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class Plan(Base):
+    """A plan for one issue, from the first draft to its pull request."""
+
+    __tablename__ = "plans"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id"), index=True)
+    installation_id: Mapped[int] = mapped_column(BigInteger)
+    issue_number: Mapped[int] = mapped_column(Integer)
+    issue_title: Mapped[str] = mapped_column(Text)
+    issue_author: Mapped[str] = mapped_column(String(200))
+    clone_url: Mapped[str] = mapped_column(Text)
+    # Set while the plan is active and cleared when it ends: unique, so one issue
+    # never has two active plans however the events race.
+    active_key: Mapped[str | None] = mapped_column(String(250), unique=True)
+    state: Mapped[PlanState] = mapped_column(_enum(PlanState), default=PlanState.PLANNING)
+    version: Mapped[int] = mapped_column(default=1)
+    current_revision: Mapped[int] = mapped_column(default=0)
+    approved_revision: Mapped[int | None] = mapped_column(Integer)
+    base_sha: Mapped[str | None] = mapped_column(String(40))
+    agent: Mapped[str | None] = mapped_column(String(100))
+    model: Mapped[str | None] = mapped_column(String(200))
+    status_comment_id: Mapped[int | None] = mapped_column(BigInteger)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), default=utcnow, onupdate=utcnow
+    )
+
+    repository: Mapped[Repository] = relationship()
+    revisions: Mapped[list[PlanRevision]] = relationship(
+        back_populates="plan", order_by="PlanRevision.number"
+    )
+
+
+class PlanRevision(Base):
+    __tablename__ = "plan_revisions"
+    __table_args__ = (UniqueConstraint("plan_id", "number"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    plan_id: Mapped[int] = mapped_column(ForeignKey("plans.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)
+    body: Mapped[str] = mapped_column(Text)
+    feedback: Mapped[str | None] = mapped_column(Text)
+    author: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    plan: Mapped[Plan] = relationship(back_populates="revisions")
+
+
+class Job(Base):
+    """One unit of agent work; its lease keeps a redelivered task from running it twice."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (UniqueConstraint("plan_id", "key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    plan_id: Mapped[int] = mapped_column(ForeignKey("plans.id", ondelete="CASCADE"), index=True)
+    stage: Mapped[str] = mapped_column(String(20))
+    # What makes this job unique within its plan, e.g. "plan:r2".
+    key: Mapped[str] = mapped_column(String(100))
+    state: Mapped[JobState] = mapped_column(_enum(JobState), default=JobState.QUEUED)
+    feedback: Mapped[str | None] = mapped_column(Text)
+    lease_owner: Mapped[str | None] = mapped_column(String(200))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    attempts: Mapped[int] = mapped_column(default=0)
+    agent: Mapped[str | None] = mapped_column(String(100))
+    model: Mapped[str | None] = mapped_column(String(200))
+    cost_usd: Mapped[float | None] = mapped_column(Numeric(12, 6))
+    error: Mapped[str | None] = mapped_column(Text)
+    log_path: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Approval(Base):
+    """An approval bound to what it approved: a plan revision or a verified head SHA."""
+
+    __tablename__ = "approvals"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    plan_id: Mapped[int] = mapped_column(ForeignKey("plans.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(10))
+    revision: Mapped[int | None] = mapped_column(Integer)
+    sha: Mapped[str | None] = mapped_column(String(40))
+    approver: Mapped[str] = mapped_column(String(200))
+    comment_id: Mapped[int] = mapped_column(BigInteger)
+    voided_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class CommandReceipt(Base):
+    """A command comment seen once: two deliveries of one comment act once."""
+
+    __tablename__ = "command_receipts"
+    __table_args__ = (UniqueConstraint("repository_id", "comment_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repository_id: Mapped[int] = mapped_column(BigInteger)
+    comment_id: Mapped[int] = mapped_column(BigInteger)
+    command: Mapped[str] = mapped_column(String(40))
+    actor: Mapped[str] = mapped_column(String(200))
+    outcome: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class AuditEvent(Base):
+    """Who did what to a plan, when and why."""
+
+    __tablename__ = "audit_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    plan_id: Mapped[int] = mapped_column(ForeignKey("plans.id", ondelete="CASCADE"), index=True)
+    actor: Mapped[str] = mapped_column(String(200))
+    action: Mapped[str] = mapped_column(String(40))
+    from_state: Mapped[str | None] = mapped_column(String(20))
+    to_state: Mapped[str | None] = mapped_column(String(20))
+    reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -1,0 +1,20 @@
+"""Decide who may act on a plan: repository writers and the configured approvers."""
+
+from __future__ import annotations
+
+from bot.github import PermissionUnknown, RepoClient
+from bot.repo_config import RepoConfig
+
+WRITE_LEVELS = frozenset({"admin", "maintain", "write"})
+
+COULD_NOT_VERIFY = "gaffer could not verify your permission on this repository; try again."
+
+__all__ = ["COULD_NOT_VERIFY", "PermissionUnknown", "may_approve"]
+
+
+def may_approve(client: RepoClient, login: str, config: RepoConfig) -> bool:
+    """Tell whether login may use writer commands; raise PermissionUnknown when unsure."""
+    # Approvers come from the default branch's config, read before this call.
+    if login.lower() in {name.lower() for name in config.approvers}:
+        return True
+    return client.permission(login) in WRITE_LEVELS

@@ -1,0 +1,96 @@
+"""Change a plan's state in one place, by compare-and-swap, with an audit trail."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from bot.models import AuditEvent, Job, Plan, PlanState
+from bot.states import TERMINAL, Event, next_state
+
+
+def active_key(repository_id: int, issue_number: int) -> str:
+    """Return the key that makes one issue hold at most one active plan."""
+    return f"{repository_id}#{issue_number}"
+
+
+def advance(
+    session: Session,
+    plan: Plan,
+    event: Event,
+    *,
+    actor: str,
+    reason: str | None = None,
+    **changes: Any,
+) -> bool:
+    """Move plan by event if it applies and nobody moved it first; return whether it moved."""
+    target = next_state(plan.state, event)
+    if target is None:
+        return False
+    values = {"state": target, "version": plan.version + 1, **changes}
+    if target in TERMINAL:
+        values["active_key"] = None
+    elif plan.state in TERMINAL:
+        values["active_key"] = active_key(plan.repository_id, plan.issue_number)
+    moved = session.execute(
+        update(Plan)
+        .where(Plan.id == plan.id, Plan.version == plan.version)
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    ).rowcount
+    if moved != 1:
+        return False
+    session.add(
+        AuditEvent(
+            plan_id=plan.id,
+            actor=actor,
+            action=event.value,
+            from_state=plan.state.value,
+            to_state=target.value,
+            reason=reason,
+        )
+    )
+    session.refresh(plan)
+    return True
+
+
+def active_plan(session: Session, repository_id: int, issue_number: int) -> Plan | None:
+    """Return the issue's active plan, if it has one."""
+    key = active_key(repository_id, issue_number)
+    return session.scalars(select(Plan).where(Plan.active_key == key)).one_or_none()
+
+
+def latest_plan(session: Session, repository_id: int, issue_number: int) -> Plan | None:
+    """Return the issue's most recent plan, active or ended."""
+    return session.scalars(
+        select(Plan)
+        .where(Plan.repository_id == repository_id, Plan.issue_number == issue_number)
+        .order_by(Plan.id.desc())
+        .limit(1)
+    ).one_or_none()
+
+
+def start_plan(session: Session, plan: Plan) -> bool:
+    """Insert a new plan unless the issue already has an active one; return whether it did."""
+    plan.active_key = active_key(plan.repository_id, plan.issue_number)
+    plan.state = PlanState.PLANNING
+    try:
+        with session.begin_nested():
+            session.add(plan)
+    except IntegrityError:
+        return False
+    return True
+
+
+def add_job(session: Session, plan: Plan, stage: str, key: str, **fields: Any) -> Job | None:
+    """Queue a job once: a second job with the same key for the plan is not created."""
+    job = Job(plan_id=plan.id, stage=stage, key=key, agent=plan.agent, model=plan.model, **fields)
+    try:
+        with session.begin_nested():
+            session.add(job)
+    except IntegrityError:
+        return None
+    return job

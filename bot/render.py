@@ -1,0 +1,89 @@
+"""Every text gaffer posts on GitHub, in one place."""
+
+from __future__ import annotations
+
+from bot.github import STATUS_MARKER
+from bot.models import Plan, PlanState
+from bot.states import Event, events_from
+
+# The command a person types for each event a comment can cause.
+_COMMAND_FOR = {
+    Event.APPROVE: "/approve r{revision}",
+    Event.REVISE: "/revise <feedback>",
+    Event.REJECT: "/reject [reason]",
+    Event.ICEBOX: "/icebox",
+    Event.THAW: "/thaw",
+    Event.RETRY: "/retry",
+    Event.APPROVE_DIFF: "/approve-diff",
+    Event.CANCEL: "/cancel",
+}
+
+_HEADLINE = {
+    PlanState.PLANNING: "An agent is writing the plan.",
+    PlanState.DRAFT: "The plan below waits for approval.",
+    PlanState.APPROVED: "Plan approved; waiting for a worker.",
+    PlanState.EXECUTING: "An agent is working on the approved plan.",
+    PlanState.VERIFYING: "gaffer is running the repository's checks.",
+    PlanState.IN_REVIEW: "The change waits for review.",
+    PlanState.PR_OPEN: "The pull request is open.",
+    PlanState.MERGED: "The pull request was merged.",
+    PlanState.CLOSED: "The pull request was closed without merging.",
+    PlanState.REJECTED: "The plan was rejected.",
+    PlanState.CANCELLED: "The plan was cancelled.",
+    PlanState.FAILED: "The work failed.",
+    PlanState.ICEBOX: "The plan is on ice.",
+}
+
+
+def commands_for(plan: Plan) -> list[str]:
+    """List the commands that apply to the plan in its current state."""
+    usages = [
+        _COMMAND_FOR[event].format(revision=plan.current_revision)
+        for event in events_from(plan.state)
+        if event in _COMMAND_FOR
+    ]
+    return [*dict.fromkeys(usages), "/status", "/help"]
+
+
+def status_comment(plan: Plan, plan_text: str | None) -> str:
+    """Render gaffer's one status comment for the plan."""
+    revision = f" · revision r{plan.current_revision}" if plan.current_revision else ""
+    parts = [
+        STATUS_MARKER,
+        f"### gaffer · `{plan.state.value}`{revision}",
+        _HEADLINE[plan.state],
+    ]
+    if plan.last_error and plan.state == PlanState.FAILED:
+        parts.append(f"**What went wrong:** {plan.last_error}")
+    if plan_text:
+        parts.append(f"#### Plan r{plan.current_revision}\n\n{plan_text.strip()}")
+    if plan.approved_revision:
+        parts.append(f"Approved: revision r{plan.approved_revision}.")
+    parts.append("**Commands:** " + " · ".join(f"`{c}`" for c in commands_for(plan)))
+    agent = plan.agent or "default"
+    parts.append(
+        f"<sub>agent: {agent} · plan #{plan.id} · the database is the record; "
+        "editing this comment changes nothing.</sub>"
+    )
+    return "\n\n".join(parts)
+
+
+def refusal(raw: str, reason: str) -> str:
+    """Render the one reply to a refused command, quoting it."""
+    quoted = raw.strip()[:300]
+    return f"> {quoted}\n\n{reason}"
+
+
+def status_reply(plan: Plan | None) -> str:
+    """Render the answer to /status."""
+    if plan is None:
+        return "gaffer has no plan for this issue. Add the trigger label to ask for one."
+    return (
+        f"Plan #{plan.id} is `{plan.state.value}` at revision r{plan.current_revision}. "
+        "Commands: " + " · ".join(f"`{c}`" for c in commands_for(plan))
+    )
+
+
+def config_error(message: str) -> str:
+    """Render the reply about an invalid .github/gaffer.yml."""
+    return f"gaffer cannot use `.github/gaffer.yml` from the default branch: {message}"

@@ -1,0 +1,137 @@
+"""A repository's gaffer settings: shipped defaults, server defaults, then .github/gaffer.yml."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEFAULTS_FILE = Path(__file__).resolve().parent.parent / "config" / "gaffer.yml"
+REPO_CONFIG_PATH = ".github/gaffer.yml"
+
+
+class RepoConfigError(Exception):
+    """The repository's config is invalid; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    run: str
+    timeout: int = 600
+
+
+@dataclass(frozen=True)
+class RepoConfig:
+    label: str = "gaffer"
+    agent: str | None = None
+    model: str | None = None
+    approvers: tuple[str, ...] = ()
+    setup: str | None = None
+    checks: tuple[Check, ...] = ()
+    max_retries: int = 2
+    protected_paths: tuple[str, ...] = ()
+    require_green: bool = True
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+def load_repo_config(
+    text: str | None, server_defaults: Mapping[str, Any] | None = None
+) -> RepoConfig:
+    """Merge the layers and validate them into a RepoConfig."""
+    merged: dict[str, Any] = dict(yaml.safe_load(DEFAULTS_FILE.read_text()) or {})
+    merged.update(server_defaults or {})
+    merged.update(_parse(text))
+    return _validate(merged)
+
+
+def _parse(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise RepoConfigError(f"{REPO_CONFIG_PATH} is not valid YAML: {error}") from error
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise RepoConfigError(f"{REPO_CONFIG_PATH} must be a mapping of settings")
+    return loaded
+
+
+def _validate(raw: dict[str, Any]) -> RepoConfig:
+    known = RepoConfig.__dataclass_fields__.keys() - {"extra"}
+    extra = {key: value for key, value in raw.items() if key not in known}
+    return RepoConfig(
+        label=_text(raw, "label", required=True) or "gaffer",
+        agent=_text(raw, "agent"),
+        model=_text(raw, "model"),
+        approvers=tuple(_list_of_text(raw, "approvers")),
+        setup=_text(raw, "setup"),
+        checks=tuple(_checks(raw.get("checks") or [])),
+        max_retries=_int(raw, "max_retries", low=0, high=10),
+        protected_paths=tuple(_list_of_text(raw, "protected_paths")),
+        require_green=_bool(raw, "require_green"),
+        extra=extra,
+    )
+
+
+def _text(raw: Mapping[str, Any], key: str, *, required: bool = False) -> str | None:
+    value = raw.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise RepoConfigError(f"`{key}` must be a non-empty string")
+    return value.strip()
+
+
+def _list_of_text(raw: Mapping[str, Any], key: str) -> list[str]:
+    value = raw.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise RepoConfigError(f"`{key}` must be a list of strings")
+    return value
+
+
+def _int(raw: Mapping[str, Any], key: str, *, low: int, high: int) -> int:
+    value = raw.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise RepoConfigError(f"`{key}` must be a whole number from {low} to {high}")
+    return value
+
+
+def _bool(raw: Mapping[str, Any], key: str) -> bool:
+    value = raw.get(key)
+    if not isinstance(value, bool):
+        raise RepoConfigError(f"`{key}` must be true or false")
+    return value
+
+
+def _checks(items: Any) -> list[Check]:
+    if not isinstance(items, list):
+        raise RepoConfigError("`checks` must be a list of {name, run, timeout}")
+    checks = [_check(item, index) for index, item in enumerate(items, 1)]
+    names = [check.name for check in checks]
+    if len(names) != len(set(names)):
+        raise RepoConfigError("`checks` names must be unique")
+    return checks
+
+
+def _check(item: Any, index: int) -> Check:
+    if (
+        not isinstance(item, dict)
+        or not isinstance(item.get("name"), str)
+        or not isinstance(item.get("run"), str)
+    ):
+        raise RepoConfigError(f"check {index} needs a `name` and a `run` command (strings)")
+    timeout = item.get("timeout", 600)
+    if not isinstance(timeout, int) or isinstance(timeout, bool) or not 1 <= timeout <= 21600:
+        raise RepoConfigError(f"check `{item['name']}`: `timeout` must be 1 to 21600 seconds")
+    return Check(name=item["name"], run=item["run"], timeout=timeout)
+
+
+def fetch_repo_config(client: Any, server_defaults: Mapping[str, Any] | None = None) -> RepoConfig:
+    """Read the repository's config from its default branch, never from a plan branch."""
+    return load_repo_config(client.file_on_default_branch(REPO_CONFIG_PATH), server_defaults)

@@ -1,0 +1,87 @@
+"""Read gaffer's settings from the environment, once, when the app is built."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class SettingsError(Exception):
+    """A setting is missing or malformed; gaffer refuses to start."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    webhook_secrets: tuple[str, ...]
+    home: Path
+    database_url: str
+    broker_url: str
+    github_api_url: str = "https://api.github.com"
+    app_id: str | None = None
+    private_key: str | None = None
+    port: int = 8000
+    default_agent: str = "script"
+    server_config: Mapping[str, Any] = field(default_factory=dict)
+    max_body_bytes: int = 25 * 1024 * 1024
+
+    @property
+    def embedded(self) -> bool:
+        """Tell whether gaffer runs on its server-less default (SQLite and the SQL broker)."""
+        return self.broker_url.startswith("sqla+")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Build settings from an environment mapping (os.environ by default)."""
+        env = os.environ if env is None else env
+        home = Path(env.get("GAFFER_HOME", "./.gaffer")).resolve()
+        return cls(
+            webhook_secrets=_secrets(env.get("WEBHOOK_SECRET", "")),
+            home=home,
+            database_url=env.get("DATABASE_URL") or f"sqlite:///{home / 'gaffer.sqlite'}",
+            broker_url=env.get("BROKER_URL") or f"sqla+sqlite:///{home / 'broker.sqlite'}",
+            github_api_url=env.get("GITHUB_API_URL", "https://api.github.com").rstrip("/"),
+            app_id=env.get("APP_ID") or None,
+            private_key=_private_key(env),
+            port=int(env.get("GAFFER_PORT", "8000")),
+            default_agent=env.get("GAFFER_DEFAULT_AGENT", "script"),
+            server_config=_server_config(env.get("GAFFER_CONFIG")),
+        )
+
+
+def _secrets(raw: str) -> tuple[str, ...]:
+    secrets = tuple(s.strip() for s in raw.split(",") if s.strip())
+    if not secrets:
+        raise SettingsError(
+            "WEBHOOK_SECRET is not set: gaffer refuses to accept unsigned webhooks. "
+            "Set it to the App's webhook secret (a comma-separated list while rotating)."
+        )
+    return secrets
+
+
+def _private_key(env: Mapping[str, str]) -> str | None:
+    if env.get("PRIVATE_KEY"):
+        return env["PRIVATE_KEY"].replace("\\n", "\n")
+    path = env.get("PRIVATE_KEY_PATH")
+    if not path:
+        return None
+    try:
+        return Path(path).read_text()
+    except OSError as error:
+        raise SettingsError(f"PRIVATE_KEY_PATH {path!r} cannot be read: {error}") from error
+
+
+def _server_config(path: str | None) -> Mapping[str, Any]:
+    if not path:
+        return {}
+    try:
+        loaded = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as error:
+        raise SettingsError(f"GAFFER_CONFIG {path!r} cannot be read: {error}") from error
+    if not isinstance(loaded, dict):
+        raise SettingsError(f"GAFFER_CONFIG {path!r} must hold a mapping at the top level")
+    return loaded

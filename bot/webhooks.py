@@ -1,0 +1,108 @@
+"""Receive GitHub webhooks: check the signature, store the delivery once, enqueue it."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from flask import Blueprint, Response, current_app, jsonify, request
+from gidgethub import ValidationFailure
+from gidgethub.sansio import validate_event
+from sqlalchemy.exc import IntegrityError
+
+from bot.models import Delivery, utcnow
+from bot.queue import PROCESS_DELIVERY, enqueue
+from bot.routing import handles
+
+bp = Blueprint("webhooks", __name__)
+log = logging.getLogger(__name__)
+
+
+@bp.post("/webhooks/github")
+def receive_github() -> tuple[Response, int]:
+    """Accept one GitHub delivery."""
+    body = request.get_data(cache=True)
+    if not _signed(body, request.headers.get("X-Hub-Signature-256", "")):
+        return _answer("signature missing or wrong", 401)
+    event = request.headers.get("X-GitHub-Event", "")
+    delivery_id = request.headers.get("X-GitHub-Delivery", "")
+    if not event or not delivery_id:
+        return _answer("X-GitHub-Event and X-GitHub-Delivery are required", 400)
+    if request.mimetype != "application/json":
+        return _answer("the webhook content type must be application/json", 415)
+    payload = _json_object(body)
+    if payload is None:
+        return _answer("the body is not a JSON object", 400)
+    if event == "ping":
+        return _answer("pong", 200)
+    if not handles(event, payload.get("action")):
+        return _answer(f"{event} is not handled; ignored", 200)
+    return _store_and_enqueue(event, delivery_id, payload, body)
+
+
+def _signed(body: bytes, signature: str) -> bool:
+    # Only sha256 counts: an sha1-only signature is refused like a missing one.
+    if not signature.startswith("sha256="):
+        return False
+    for secret in current_app.config["GAFFER"].webhook_secrets:
+        try:
+            validate_event(body, signature=signature, secret=secret)
+            return True
+        except ValidationFailure:
+            continue
+    return False
+
+
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    try:
+        payload = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def _hook_id() -> str:
+    # Delivery GUIDs are unique per hook or App, not across them.
+    return (
+        request.headers.get("X-GitHub-Hook-Installation-Target-ID")
+        or request.headers.get("X-GitHub-Hook-ID")
+        or "unknown"
+    )
+
+
+def _store_and_enqueue(
+    event: str, delivery_id: str, payload: dict[str, Any], body: bytes
+) -> tuple[Response, int]:
+    db = current_app.extensions["gaffer_db"]
+    row = Delivery(
+        source="github",
+        hook_id=_hook_id(),
+        delivery_id=delivery_id,
+        event=event,
+        action=payload.get("action"),
+        payload=body.decode("utf-8", errors="replace"),
+    )
+    try:
+        with db.session() as session:
+            session.add(row)
+    except IntegrityError:
+        return _answer("duplicate delivery; nothing to do", 200)
+    publish_delivery(row.id)
+    return _answer("accepted", 202)
+
+
+def publish_delivery(row_id: int) -> None:
+    """Enqueue a stored delivery; if the broker is down the reconciler sends it later."""
+    db = current_app.extensions["gaffer_db"]
+    try:
+        enqueue(current_app.extensions["gaffer_celery"], PROCESS_DELIVERY, delivery_id=row_id)
+    except Exception:  # the broker is down: the stored row is the outbox
+        log.warning("broker unavailable; delivery %s stays in the outbox", row_id)
+        return
+    with db.session() as session:
+        session.get_one(Delivery, row_id).enqueued_at = utcnow()
+
+
+def _answer(message: str, status: int) -> tuple[Response, int]:
+    return jsonify(message=message), status

@@ -1,0 +1,56 @@
+"""Process one stored webhook delivery: route it, commit, then run its effects."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from bot.context import Context
+from bot.models import Delivery, utcnow
+from bot.routing import dispatch
+from tasks.context import WorkerContext
+
+log = logging.getLogger(__name__)
+
+# Each of these events must say which installation and repository it concerns.
+_NEEDS_REPOSITORY = {"issues", "issue_comment", "pull_request"}
+
+
+def process_delivery(wctx: WorkerContext, *, delivery_id: int) -> None:
+    """Handle a delivery once; a redelivered task finds it processed and stops."""
+    ctx: Context | None = None
+    with wctx.db.session() as session:
+        row = session.get(Delivery, delivery_id)
+        if row is None or row.processed_at is not None:
+            return
+        payload = json.loads(row.payload)
+        row.processed_at = utcnow()
+        row.attempts += 1
+        problem = _malformed(row.event, payload)
+        if problem:
+            row.error = problem
+            return
+        ctx = Context(session, wctx.db, wctx.settings, wctx.client, wctx.send_task)
+        dispatch(ctx, row.event, payload)
+    for effect in ctx.effects:
+        effect()
+
+
+def record_failure(wctx: WorkerContext, delivery_id: int, error: BaseException) -> None:
+    """Note why a delivery failed; it stays unprocessed for the next attempt."""
+    with wctx.db.session() as session:
+        row = session.get(Delivery, delivery_id)
+        if row is not None:
+            row.attempts += 1
+            row.error = f"{type(error).__name__}: {error}"[:2000]
+
+
+def _malformed(event: str, payload: dict) -> str | None:
+    if event in _NEEDS_REPOSITORY and not (
+        isinstance(payload.get("installation"), dict)
+        and isinstance(payload.get("repository"), dict)
+    ):
+        return f"{event} delivery without installation or repository; ignored"
+    if event.startswith("installation") and not isinstance(payload.get("installation"), dict):
+        return f"{event} delivery without installation; ignored"
+    return None

@@ -1,0 +1,37 @@
+"""Run one job under a lease, whatever its stage."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from bot.models import Job, JobState
+from tasks.context import WorkerContext
+from tasks.leases import Heartbeat, claim, finish
+from tasks.planning import run_planning
+
+log = logging.getLogger(__name__)
+
+Stage = Callable[[WorkerContext, Job], None]
+STAGES: dict[str, Stage] = {"plan": run_planning, "revise": run_planning}
+
+
+def run_job(wctx: WorkerContext, *, job_id: int) -> None:
+    """Run the job unless it is done or a live worker holds it (a redelivered task exits)."""
+    if not claim(wctx.db, job_id, wctx.worker_id):
+        log.info("job %s is done or leased by a live worker; nothing to do", job_id)
+        return
+    with wctx.db.session() as session:
+        job = session.get_one(Job, job_id)
+    stage = STAGES.get(job.stage)
+    if stage is None:
+        finish(wctx.db, job_id, wctx.worker_id, JobState.FAILED, f"no stage {job.stage!r}")
+        return
+    with Heartbeat(wctx.db, job_id, wctx.worker_id):
+        try:
+            stage(wctx, job)
+        except Exception as error:
+            finish(
+                wctx.db, job_id, wctx.worker_id, JobState.FAILED, f"{type(error).__name__}: {error}"
+            )
+            raise

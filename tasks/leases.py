@@ -1,0 +1,92 @@
+"""Job leases: one live worker owns a job; a dead worker's lease runs out."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+from sqlalchemy import and_, or_, update
+
+from bot.db import Database
+from bot.models import Job, JobState, utcnow
+
+LEASE = timedelta(seconds=60)
+
+
+def claim(db: Database, job_id: int, owner: str, lease: timedelta = LEASE) -> bool:
+    """Take the job if it is queued or its owner's lease ran out; return whether we did."""
+    now = utcnow()
+    with db.session() as session:
+        taken = session.execute(
+            update(Job)
+            .where(
+                Job.id == job_id,
+                or_(
+                    Job.state == JobState.QUEUED,
+                    and_(Job.state == JobState.RUNNING, Job.lease_expires_at < now),
+                ),
+            )
+            .values(
+                state=JobState.RUNNING,
+                lease_owner=owner,
+                lease_expires_at=now + lease,
+                attempts=Job.attempts + 1,
+                started_at=now,
+            )
+        ).rowcount
+    return taken == 1
+
+
+def renew(db: Database, job_id: int, owner: str, lease: timedelta = LEASE) -> bool:
+    """Extend our lease; False means the job was taken from us or ended."""
+    with db.session() as session:
+        return (
+            session.execute(
+                update(Job)
+                .where(Job.id == job_id, Job.lease_owner == owner, Job.state == JobState.RUNNING)
+                .values(lease_expires_at=utcnow() + lease)
+            ).rowcount
+            == 1
+        )
+
+
+def finish(
+    db: Database, job_id: int, owner: str, state: JobState, error: str | None = None
+) -> bool:
+    """Close our job with its outcome unless someone cancelled it meanwhile."""
+    with db.session() as session:
+        return (
+            session.execute(
+                update(Job)
+                .where(Job.id == job_id, Job.lease_owner == owner, Job.state == JobState.RUNNING)
+                .values(state=state, error=error, finished_at=utcnow(), lease_expires_at=None)
+            ).rowcount
+            == 1
+        )
+
+
+def is_cancelled(db: Database, job_id: int) -> bool:
+    with db.session() as session:
+        return session.get_one(Job, job_id, populate_existing=True).state == JobState.CANCELLED
+
+
+class Heartbeat:
+    """Renew a lease in the background while the job runs."""
+
+    def __init__(self, db: Database, job_id: int, owner: str, lease: timedelta = LEASE) -> None:
+        self._args = (db, job_id, owner, lease)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _beat(self) -> None:
+        interval = self._args[3].total_seconds() / 3
+        while not self._stop.wait(interval):
+            renew(*self._args)

@@ -1,0 +1,51 @@
+"""Build the prompts agents receive, from the stage program and untrusted issue text."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bot.untrusted import clean_untrusted
+
+PROGRAMS = Path(__file__).resolve().parent.parent / "config" / "programs"
+
+
+@dataclass(frozen=True)
+class IssueText:
+    number: int
+    title: str
+    body: str
+    comments: Sequence[tuple[str, str]]  # (author, body), gaffer's own left out
+
+
+def program(stage: str) -> str:
+    """Return the shipped stage program, e.g. config/programs/plan.md."""
+    return (PROGRAMS / f"{stage}.md").read_text()
+
+
+def plan_prompt(
+    issue: IssueText, *, previous: str | None = None, feedback: str | None = None
+) -> str:
+    """Return the planning prompt: program, issue, and for a revision the old plan and feedback."""
+    parts = [program("plan"), _issue_section(issue)]
+    if previous:
+        parts.append(f"## The previous plan\n\n<previous-plan>\n{previous}\n</previous-plan>")
+    if feedback:
+        parts.append(
+            f"## Feedback to answer\n\n<feedback>\n{clean_untrusted(feedback)}\n</feedback>"
+        )
+    return "\n\n".join(parts) + "\n"
+
+
+def _issue_section(issue: IssueText) -> str:
+    lines = [
+        f"## Issue #{issue.number}",
+        f"<issue-title>{clean_untrusted(issue.title, limit=500)}</issue-title>",
+        f"<issue-body>\n{clean_untrusted(issue.body)}\n</issue-body>",
+    ]
+    for author, body in issue.comments:
+        lines.append(
+            f'<comment author="{author}">\n{clean_untrusted(body, limit=20_000)}\n</comment>'
+        )
+    return "\n\n".join(lines)

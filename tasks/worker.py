@@ -1,0 +1,76 @@
+"""Build the Celery worker: gaffer's tasks registered on the configured broker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+
+from bot.queue import PROCESS_DELIVERY, RECONCILE, RUN_JOB, make_celery
+from bot.settings import Settings
+from tasks.context import WorkerContext
+from tasks.deliveries import process_delivery, record_failure
+from tasks.jobs import run_job
+from tasks.reconcile import reconcile
+
+
+def create_worker(settings: Settings) -> Celery:
+    """Return a Celery app with every gaffer task bound to one worker context."""
+    celery = make_celery(settings)
+    wctx = WorkerContext.build(settings, celery)
+
+    @celery.task(name=PROCESS_DELIVERY, bind=True, max_retries=5)
+    def process_delivery_task(self: Any, *, delivery_id: int) -> None:
+        try:
+            process_delivery(wctx, delivery_id=delivery_id)
+        except Exception as error:
+            record_failure(wctx, delivery_id, error)
+            raise self.retry(exc=error, countdown=min(2**self.request.retries, 60)) from error
+
+    # A job survives its worker dying: the lease runs out and the reconciler requeues it,
+    # so the task is acknowledged late and proven idempotent by the lease.
+    @celery.task(name=RUN_JOB, acks_late=True, reject_on_worker_lost=True)
+    def run_job_task(*, job_id: int) -> None:
+        run_job(wctx, job_id=job_id)
+
+    @celery.task(name=RECONCILE)
+    def reconcile_task() -> None:
+        reconcile(wctx)
+
+    return celery
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Start a worker on the queues given, e.g. `python -m tasks.worker github --beat`."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m tasks.worker")
+    parser.add_argument("queues", help="comma-separated: github, agent")
+    parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--beat", action="store_true", help="also run the periodic scheduler")
+    parser.add_argument("--name", default=None)
+    args = parser.parse_args(argv)
+    settings = Settings.from_env()
+    celery = create_worker(settings)
+    options = [
+        "worker",
+        "-Q",
+        args.queues,
+        "--pool",
+        "threads",
+        "-c",
+        str(args.concurrency),
+        "--loglevel",
+        "INFO",
+        "--without-gossip",
+        "--without-mingle",
+    ]
+    if args.name:
+        options += ["-n", args.name]
+    if args.beat:
+        options += ["-B", "-s", str(settings.home / "beat-schedule")]
+    celery.worker_main(options)
+
+
+if __name__ == "__main__":
+    main()
