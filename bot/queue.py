@@ -38,7 +38,8 @@ def make_celery(settings: Settings) -> Celery:
 
 def _transport_options(settings: Settings) -> dict[str, Any]:
     if settings.embedded:
-        return {"polling_interval": 0.2}
+        # The SQL transport hands these to create_engine: wait on SQLite's lock, don't fail.
+        return {"connect_args": {"timeout": 30}}
     return {"visibility_timeout": VISIBILITY_TIMEOUT_S}
 
 

@@ -11,8 +11,13 @@ if context.is_offline_mode():
     with context.begin_transaction():
         context.run_migrations()
 else:
-    connectable = context.config.attributes.get("connection") or create_engine(url)
-    with connectable.connect() if hasattr(connectable, "connect") else connectable as conn:
-        context.configure(connection=conn, target_metadata=Base.metadata, render_as_batch=True)
-        with context.begin_transaction():
-            context.run_migrations()
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            context.configure(
+                connection=connection, target_metadata=Base.metadata, render_as_batch=True
+            )
+            with context.begin_transaction():
+                context.run_migrations()
+    finally:
+        engine.dispose()

@@ -1,0 +1,139 @@
+"""Fixtures for one real thing each: a backend, a GitHub double, a git origin, a worker."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import responses
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from sqlalchemy import create_engine, text
+
+from bot.app import create_app
+from bot.migrate import upgrade
+from bot.settings import Settings
+from tests.conftest_git import make_origin
+from tests.support import WEBHOOK_SECRET, Backend
+
+PG_ADMIN_URL = os.environ.get("GAFFER_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("GAFFER_TEST_REDIS", "redis://127.0.0.1:6379")
+# Machines without PostgreSQL and Redis may run only the embedded half; CI never does.
+BACKENDS = os.environ.get("GAFFER_TEST_BACKENDS", "embedded,services").split(",")
+API_URL = "https://api.github.test"
+APP_ID = 4242
+INSTALLATION_ID = 77
+REPO = "octo/widgets"
+
+
+@pytest.fixture(scope="session")
+def private_key() -> str:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode()
+
+
+@pytest.fixture(scope="session")
+def services_database() -> Iterator[str]:
+    """Create one PostgreSQL database for the run, migrated, and drop it afterwards."""
+    if "services" not in BACKENDS:
+        yield ""
+        return
+    name = f"gaffer_test_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    upgrade(url)
+    yield url
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path, services_database: str) -> Backend:
+    """A database and broker: SQLite and the SQL broker, or PostgreSQL and Redis."""
+    if request.param == "embedded":
+        database = f"sqlite:///{tmp_path / 'gaffer.sqlite'}"
+        upgrade(database)
+        return Backend("embedded", database, f"sqla+sqlite:///{tmp_path / 'broker.sqlite'}")
+    broker = f"{REDIS_URL}/{7}"
+    Backend.reset_services(services_database, broker)
+    return Backend("services", services_database, broker)
+
+
+@pytest.fixture
+def settings(backend: Backend, tmp_path: Path, private_key: str) -> Settings:
+    return Settings.from_env(
+        {
+            "WEBHOOK_SECRET": WEBHOOK_SECRET,
+            "GAFFER_HOME": str(tmp_path / "home"),
+            "DATABASE_URL": backend.database_url,
+            "BROKER_URL": backend.broker_url,
+            "GITHUB_API_URL": API_URL,
+            "APP_ID": str(APP_ID),
+            "PRIVATE_KEY": private_key,
+        }
+    )
+
+
+@pytest.fixture
+def make_app():  # type: ignore[no-untyped-def]
+    """Build web apps from settings, and close their connections afterwards."""
+    made = []
+
+    def make(settings: Settings):  # type: ignore[no-untyped-def]
+        made.append(create_app(settings, TESTING=True))
+        return made[-1]
+
+    yield make
+    for flask_app in made:
+        flask_app.extensions["gaffer_db"].dispose()
+        flask_app.extensions["gaffer_celery"].close()
+
+
+@pytest.fixture
+def app(make_app, settings: Settings):  # type: ignore[no-untyped-def]
+    return make_app(settings)
+
+
+@pytest.fixture
+def client(app):  # type: ignore[no-untyped-def]
+    return app.test_client()
+
+
+@pytest.fixture
+def origin(tmp_path: Path) -> Path:
+    """A bare git repository on disk, used as the repository's clone_url."""
+    return make_origin(tmp_path, {"README.md": "# widgets\n", "widgets.py": "VALUE = 1\n"})
+
+
+@pytest.fixture
+def github(origin: Path):  # type: ignore[no-untyped-def]
+    """The GitHub double, holding one repository whose origin is a real bare repo."""
+    from tests.github_double.app import create_github_double
+
+    flask_app, state = create_github_double(app_id=APP_ID)
+    state.add_repo(REPO, origin, installation_id=INSTALLATION_ID)
+    state.permissions[(REPO, "maintainer")] = "write"
+    state.permissions[(REPO, "reader")] = "read"
+    state.flask_app = flask_app
+    return state
+
+
+@pytest.fixture
+def github_http(github):  # type: ignore[no-untyped-def]
+    """Serve the double to code in this process through `responses`."""
+    from tests.github_double.transports import mock_with_responses
+
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as rsps:
+        mock_with_responses(rsps, github.flask_app, API_URL)
+        yield github
+    assert github.contract_errors == [], github.contract_errors
