@@ -51,6 +51,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--name", default=None)
     args = parser.parse_args(argv)
     settings = Settings.from_env()
+    if settings.embedded:
+        # The SQL transport polls; its default second per poll would dominate a short job.
+        from kombu.transport import sqlalchemy
+
+        sqlalchemy.Transport.polling_interval = 0.1
     celery = create_worker(settings)
     options = [
         "worker",
