@@ -150,6 +150,17 @@ def approve_plan(request: Request, command: Command, plan: Plan) -> str | None:
     return None
 
 
+@action("approve-diff")
+def approve_diff(request: Request, command: Command, plan: Plan) -> str | None:
+    """Approve the verified head of the plan branch (bound to its SHA)."""
+    if plan.state != PlanState.IN_REVIEW:
+        return (
+            f"The diff is not ready for approval: the plan is `{plan.state.value}`. "
+            "`/approve-diff` applies once the checks have run and the plan is `in_review`."
+        )
+    return "Opening pull requests is not available in this gaffer yet."
+
+
 @action("revise")
 def revise_plan(request: Request, command: Command, plan: Plan) -> str | None:
     """Ask the agent for a new revision that answers the feedback."""
