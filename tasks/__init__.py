@@ -1,0 +1,1 @@
+"""Worker side of gaffer: Celery tasks, worktrees, agents and checks."""

@@ -1,0 +1,240 @@
+"""Load agent definitions and run one agent in a worktree with the shared process runner."""
+
+from __future__ import annotations
+
+import shutil
+import string
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tasks.runner import RunResult, is_gaffer_secret, run_process, sandbox_env
+
+AGENTS_FILE = Path(__file__).resolve().parent.parent / "config" / "agents.yml"
+READ_ONLY_STAGES = frozenset({"plan", "revise"})
+OUTPUTS = ("text", "claude-json", "codex-jsonl", "gemini-json", "aider", "opencode-jsonl")
+PLACEHOLDERS = frozenset({"prompt", "prompt_file", "model", "workdir", "stage", "python"})
+KEYS = frozenset({"command", "plan_command", "model_args", "output", "env", "description"})
+ERROR_TAIL_CHARS = 500
+
+
+class AgentConfigError(ValueError):
+    """An agent definition is invalid; the message says which agent and why."""
+
+
+@dataclass(frozen=True)
+class AgentOutput:
+    """What a parser read from an agent's output."""
+
+    text: str
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """One agent: argv templates, how to read its output, which env names it may see."""
+
+    name: str
+    command: tuple[str, ...]
+    output: str
+    env: tuple[str, ...] = ()
+    description: str = ""
+    plan_command: tuple[str, ...] | None = None
+    model_args: tuple[str, ...] = ()
+
+    def template(self, stage: str) -> tuple[str, ...]:
+        """Return the argv template for a stage (plan_command for read-only stages)."""
+        if stage in READ_ONLY_STAGES and self.plan_command:
+            return self.plan_command
+        return self.command
+
+
+@dataclass(frozen=True)
+class AgentResult:
+    """The agent's answer, whether it can be used, and the process run behind it."""
+
+    text: str
+    ok: bool
+    error: str | None
+    run: RunResult
+
+
+def parse_text(output: str) -> AgentOutput:
+    """Read plain output: the answer is everything printed."""
+    return AgentOutput(text=output)
+
+
+PARSERS: dict[str, Callable[[str], AgentOutput]] = {"text": parse_text}
+
+
+def _strings(name: str, key: str, value: Any, *, empty_ok: bool) -> tuple[str, ...]:
+    """Check that a definition field is a list of strings."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise AgentConfigError(f"agent {name!r}: `{key}` must be a list of strings")
+    if not value and not empty_ok:
+        raise AgentConfigError(f"agent {name!r}: `{key}` must not be empty")
+    return tuple(value)
+
+
+def _check_placeholders(name: str, key: str, argv: Sequence[str]) -> None:
+    """Refuse placeholders gaffer does not fill, naming the first one."""
+    for arg in argv:
+        try:
+            fields = [f for _, f, _, _ in string.Formatter().parse(arg) if f is not None]
+        except ValueError as exc:
+            raise AgentConfigError(f"agent {name!r}: `{key}` has a bad brace in {arg!r}") from exc
+        for field_name in fields:
+            if field_name not in PLACEHOLDERS:
+                allowed = ", ".join(f"{{{p}}}" for p in sorted(PLACEHOLDERS))
+                raise AgentConfigError(
+                    f"agent {name!r}: unknown placeholder {{{field_name}}} in `{key}` "
+                    f"(known: {allowed})"
+                )
+
+
+def _check_env(name: str, names: Sequence[str]) -> None:
+    """Refuse env names that would hand an agent one of gaffer's own secrets."""
+    for env_name in names:
+        if is_gaffer_secret(env_name):
+            raise AgentConfigError(
+                f"agent {name!r}: `env` may not include {env_name}, a gaffer secret"
+            )
+
+
+def _argv_field(name: str, raw: Mapping[str, Any], key: str) -> tuple[str, ...] | None:
+    """Read and check an optional argv template field."""
+    if raw.get(key) is None:
+        return None
+    argv = _strings(name, key, raw[key], empty_ok=key == "model_args")
+    _check_placeholders(name, key, argv)
+    return argv
+
+
+def parse_agent(name: str, raw: Any) -> AgentSpec:
+    """Build an AgentSpec from one definition, with a clear error when it is wrong."""
+    if not isinstance(raw, Mapping):
+        raise AgentConfigError(f"agent {name!r}: definition must be a mapping")
+    unknown = sorted(set(raw) - KEYS)
+    if unknown:
+        raise AgentConfigError(
+            f"agent {name!r}: unknown key {unknown[0]!r} (known: {', '.join(sorted(KEYS))})"
+        )
+    if "command" not in raw:
+        raise AgentConfigError(f"agent {name!r}: `command` is required")
+    output = raw.get("output", "text")
+    if output not in OUTPUTS:
+        raise AgentConfigError(
+            f"agent {name!r}: unknown output {output!r} (known: {', '.join(OUTPUTS)})"
+        )
+    env = _strings(name, "env", raw.get("env", []), empty_ok=True)
+    _check_env(name, env)
+    return AgentSpec(
+        name=name,
+        command=_argv_field(name, raw, "command") or (),
+        output=output,
+        env=env,
+        description=str(raw.get("description", "")),
+        plan_command=_argv_field(name, raw, "plan_command"),
+        model_args=_argv_field(name, raw, "model_args") or (),
+    )
+
+
+def load_agents(
+    extra: Mapping[str, Any] | None = None, *, path: Path = AGENTS_FILE
+) -> dict[str, AgentSpec]:
+    """Return the shipped agents with those from the settings file added or replacing them."""
+    shipped = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(shipped, Mapping) or (extra is not None and not isinstance(extra, Mapping)):
+        raise AgentConfigError("agent definitions must be a mapping of name to definition")
+    merged = {**shipped, **(extra or {})}
+    return {str(name): parse_agent(str(name), raw) for name, raw in merged.items()}
+
+
+def render_argv(spec: AgentSpec, stage: str, values: Mapping[str, str]) -> list[str]:
+    """Fill the stage's argv template; model_args are added only when a model is set."""
+    template = list(spec.template(stage))
+    if values.get("model"):
+        template += spec.model_args
+    return [arg.format_map(values) for arg in template]
+
+
+def _failure(spec: AgentSpec, run: RunResult, timeout_s: float, idle_s: float | None) -> str | None:
+    """Say why a run cannot be used, or None when it exited cleanly."""
+    if run.timed_out:
+        return f"agent {spec.name!r} timed out after {timeout_s:g} s"
+    if run.idle_timed_out:
+        return f"agent {spec.name!r} printed nothing for {idle_s:g} s and was stopped"
+    if run.output_limited:
+        return f"agent {spec.name!r} printed more output than allowed and was stopped"
+    if run.stopped:
+        return f"agent {spec.name!r} was stopped"
+    if run.returncode != 0:
+        tail = run.output.strip()[-ERROR_TAIL_CHARS:]
+        message = f"agent {spec.name!r} exited with code {run.returncode}"
+        return f"{message}: {tail}" if tail else message
+    return None
+
+
+def _not_installed(spec: AgentSpec, program: str) -> AgentResult:
+    """Report a missing executable as a failed result, not an exception."""
+    error = f"agent '{spec.name}' is not installed on this worker (looked for `{program}` on PATH)"
+    run = RunResult(None, False, False, False, False, "", 0.0)
+    return AgentResult(text="", ok=False, error=error, run=run)
+
+
+def _parse(spec: AgentSpec, output: str) -> AgentOutput:
+    """Read the output with the agent's parser."""
+    parser = PARSERS.get(spec.output)
+    if parser is None:
+        return AgentOutput(text="", error=f"no parser for output {spec.output!r} yet")
+    return parser(output)
+
+
+def run_agent(
+    spec: AgentSpec,
+    *,
+    stage: str,
+    prompt: str,
+    workdir: Path,
+    job_dir: Path,
+    model: str | None,
+    timeout_s: float,
+    idle_timeout_s: float | None,
+    source_env: Mapping[str, str],
+    should_stop: Callable[[], bool] | None = None,
+) -> AgentResult:
+    """Run the agent for one stage in workdir and return its parsed answer."""
+    job_dir.mkdir(parents=True, exist_ok=True)
+    prompt_file = job_dir / "prompt.md"
+    prompt_file.write_text(prompt, encoding="utf-8")
+    values = {
+        "prompt": prompt,
+        "prompt_file": str(prompt_file),
+        "model": model or "",
+        "workdir": str(workdir),
+        "stage": stage,
+        "python": sys.executable,
+    }
+    argv = render_argv(spec, stage, values)
+    env = sandbox_env(
+        allow=spec.env, source=source_env, home=job_dir / "home", extra={"GAFFER_STAGE": stage}
+    )
+    if shutil.which(argv[0], path=env["PATH"]) is None:
+        return _not_installed(spec, argv[0])
+    run = run_process(
+        argv,
+        cwd=workdir,
+        env=env,
+        log_path=job_dir / "agent.log",
+        timeout_s=timeout_s,
+        idle_timeout_s=idle_timeout_s,
+        should_stop=should_stop,
+    )
+    error = _failure(spec, run, timeout_s, idle_timeout_s)
+    parsed = _parse(spec, run.output) if error is None else AgentOutput(text="")
+    error = error or parsed.error
+    return AgentResult(text=parsed.text, ok=error is None, error=error, run=run)

@@ -1,0 +1,96 @@
+"""Run git with no hooks, no user config, a fixed identity and the token only in the environment."""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+BOT_NAME = "gaffer[bot]"
+BOT_EMAIL = "gaffer[bot]@users.noreply.github.com"
+PASSED_ENV_NAMES = (
+    "PATH",
+    "TMPDIR",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "GIT_SSL_CAINFO",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+)
+SAFE_OPTIONS = ("-c", "core.hooksPath=/dev/null", "-c", "credential.helper=")
+
+
+class GitError(Exception):
+    """A git command failed; the message holds its (redacted) stderr."""
+
+
+def basic_auth_header(token: str) -> str:
+    """Return the HTTP Authorization header GitHub accepts for an installation token."""
+    pair = base64.b64encode(f"x-access-token:{token}".encode()).decode()
+    return f"Authorization: Basic {pair}"
+
+
+def redact(text: str, token: str | None) -> str:
+    """Replace the token, and its Basic-auth form, with asterisks."""
+    if not token:
+        return text
+    encoded = basic_auth_header(token).removeprefix("Authorization: Basic ")
+    return text.replace(token, "***").replace(encoded, "***")
+
+
+def git_env(token: str | None) -> dict[str, str]:
+    """Build git's environment: isolated config, bot identity, and the token as a header."""
+    env = {name: os.environ[name] for name in PASSED_ENV_NAMES if name in os.environ}
+    env.update(
+        GIT_TERMINAL_PROMPT="0",
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_CONFIG_GLOBAL="/dev/null",
+        LC_ALL="C",
+        GIT_AUTHOR_NAME=BOT_NAME,
+        GIT_AUTHOR_EMAIL=BOT_EMAIL,
+        GIT_COMMITTER_NAME=BOT_NAME,
+        GIT_COMMITTER_EMAIL=BOT_EMAIL,
+    )
+    if token:
+        env.update(
+            GIT_CONFIG_COUNT="1",
+            GIT_CONFIG_KEY_0="http.extraHeader",
+            GIT_CONFIG_VALUE_0=basic_auth_header(token),
+        )
+    return env
+
+
+def git(args: Sequence[str], *, cwd: Path, token: str | None = None, timeout: float = 600) -> str:
+    """Run one git command and return its stdout without the trailing newline."""
+    argv = ["git", *SAFE_OPTIONS, *args]
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=git_env(token),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise GitError(f"git {_name(args)} timed out after {timeout:g} s") from None
+    if proc.returncode != 0:
+        message = err.decode("utf-8", errors="replace").strip()
+        raise GitError(redact(f"git {_name(args)} failed ({proc.returncode}): {message}", token))
+    return out.decode("utf-8", errors="replace").rstrip("\n")
+
+
+def _name(args: Sequence[str]) -> str:
+    """Return the subcommand for messages (first argument that is not an option)."""
+    return next((a for a in args if not a.startswith("-")), "")

@@ -1,0 +1,276 @@
+"""Run one subprocess with timeouts, an output cap, a log and an allow-listed environment."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import select
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+POLL_S = 0.2
+GRACE_S = 2.0
+DRAIN_S = 2.0
+CHUNK_BYTES = 65536
+MAX_LINE_BYTES = 65536
+BASE_ENV_NAMES = ("PATH", "LANG", "LC_ALL", "TZ")
+# Names that belong to gaffer itself; no agent or check may ever receive them.
+SECRET_NAME = re.compile(
+    r"^(GITHUB_.*|GH_.*|GAFFER_.*|APP_ID|PRIVATE_KEY.*|WEBHOOK_SECRET.*|JAM_.*"
+    r"|DATABASE_URL|BROKER_URL|REDIS_URL|CELERY_.*|SECRET_KEY)$"
+)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What happened to one process run."""
+
+    returncode: int | None
+    timed_out: bool
+    idle_timed_out: bool
+    output_limited: bool
+    stopped: bool
+    output: str
+    duration_s: float
+
+    @property
+    def ok(self) -> bool:
+        """Return True when the process exited 0 and was not stopped by gaffer."""
+        return self.returncode == 0 and not self.killed
+
+    @property
+    def killed(self) -> bool:
+        """Return True when gaffer ended the process (timeout, idle, flood or stop)."""
+        return self.timed_out or self.idle_timed_out or self.output_limited or self.stopped
+
+
+def is_gaffer_secret(name: str) -> bool:
+    """Return True for environment names reserved for gaffer's own secrets."""
+    return bool(SECRET_NAME.match(name.upper()))
+
+
+def sandbox_env(
+    *,
+    allow: Iterable[str],
+    source: Mapping[str, str],
+    home: Path,
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Build an environment from the base names plus `allow`, with its own HOME and TMPDIR."""
+    names = [*BASE_ENV_NAMES, *allow]
+    env = {n: source[n] for n in names if n in source and not is_gaffer_secret(n)}
+    env.setdefault("PATH", os.defpath)
+    tmp = home / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    env["HOME"] = str(home)
+    env["TMPDIR"] = str(tmp)
+    env.update(extra or {})
+    return env
+
+
+class _OutputCapture:
+    """Split output into lines for the log and the listener, and keep a capped tail."""
+
+    def __init__(
+        self, log: IO[str], max_bytes: int, on_output: Callable[[str], None] | None
+    ) -> None:
+        self.log = log
+        self.max_bytes = max_bytes
+        self.on_output = on_output
+        self.tail = bytearray()
+        self.partial = b""
+        self.total = 0
+        self.last_at = time.monotonic()
+
+    @property
+    def over_limit(self) -> bool:
+        """Return True once more than the allowed bytes were produced."""
+        return self.total > self.max_bytes
+
+    def feed(self, chunk: bytes) -> None:
+        """Take one chunk read from the process."""
+        self.last_at = time.monotonic()
+        self.total += len(chunk)
+        self.tail += chunk
+        del self.tail[: max(0, len(self.tail) - self.max_bytes)]
+        *lines, self.partial = (self.partial + chunk).split(b"\n")
+        if len(self.partial) > MAX_LINE_BYTES:
+            lines.append(self.partial)
+            self.partial = b""
+        for line in lines:
+            self._emit(line)
+
+    def finish(self) -> str:
+        """Flush the last partial line and return the decoded tail."""
+        if self.partial:
+            self._emit(self.partial)
+            self.partial = b""
+        return self.tail.decode("utf-8", errors="replace")
+
+    def _emit(self, raw: bytes) -> None:
+        line = raw.decode("utf-8", errors="replace").rstrip("\r")
+        if self.total <= self.max_bytes + CHUNK_BYTES:
+            self.log.write(line + "\n")
+            self.log.flush()
+        if self.on_output is not None:
+            self.on_output(line)
+
+
+def _exited(pid: int) -> bool:
+    """Return True when the child has exited, without reaping it (its pgid stays reserved)."""
+    info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    return info is not None
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    """Send a signal to a whole process group, ignoring a group that is already gone."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _read_available(fd: int, capture: _OutputCapture, wait_s: float) -> bool:
+    """Read what the pipe has within wait_s; return False at end of file."""
+    ready, _, _ = select.select([fd], [], [], wait_s)
+    if not ready:
+        return True
+    chunk = os.read(fd, CHUNK_BYTES)
+    if chunk:
+        capture.feed(chunk)
+    return bool(chunk)
+
+
+def _terminate(pid: int) -> None:
+    """Ask the group to stop, and wait a short grace for the leader to exit."""
+    _signal_group(pid, signal.SIGTERM)
+    deadline = time.monotonic() + GRACE_S
+    while time.monotonic() < deadline and not _exited(pid):
+        time.sleep(0.05)
+
+
+@dataclass
+class _Limits:
+    started: float
+    timeout_s: float
+    idle_timeout_s: float | None
+    should_stop: Callable[[], bool] | None
+
+    def reason(self, capture: _OutputCapture) -> str | None:
+        """Name the limit that was crossed, if any."""
+        now = time.monotonic()
+        if capture.over_limit:
+            return "output_limited"
+        if now - self.started > self.timeout_s:
+            return "timed_out"
+        if self.idle_timeout_s is not None and now - capture.last_at > self.idle_timeout_s:
+            return "idle_timed_out"
+        if self.should_stop is not None and self.should_stop():
+            return "stopped"
+        return None
+
+
+def _supervise(
+    proc: subprocess.Popen[bytes], capture: _OutputCapture, limits: _Limits
+) -> str | None:
+    """Pump output until the leader exits or a limit is crossed; return the limit's name."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    open_pipe = True
+    while not _exited(proc.pid):
+        if open_pipe:
+            open_pipe = _read_available(fd, capture, POLL_S)
+        else:
+            time.sleep(POLL_S)
+        reason = limits.reason(capture)
+        if reason is not None:
+            _terminate(proc.pid)
+            return reason
+    return None
+
+
+def _drain(proc: subprocess.Popen[bytes], capture: _OutputCapture) -> None:
+    """Read what is left in the pipe after the group is gone."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    deadline = time.monotonic() + DRAIN_S
+    while time.monotonic() < deadline and _read_available(fd, capture, 0.05):
+        pass
+
+
+def _stdin_file(stdin_text: str | None) -> contextlib.AbstractContextManager[IO[bytes] | None]:
+    """Put stdin text in an unlinked temporary file so writing it can never block."""
+    if stdin_text is None:
+        return contextlib.nullcontext()
+    handle = tempfile.TemporaryFile()  # noqa: SIM115 - returned as the context manager
+    handle.write(stdin_text.encode("utf-8"))
+    handle.seek(0)
+    return handle
+
+
+def _start(
+    argv: Sequence[str], cwd: Path, env: Mapping[str, str], stdin: IO[bytes] | None
+) -> subprocess.Popen[bytes]:
+    """Start argv as the leader of a new session, stdout and stderr on one pipe."""
+    return subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        env=dict(env),
+        stdin=stdin if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def _run_to_end(
+    proc: subprocess.Popen[bytes], capture: _OutputCapture, limits: _Limits
+) -> str | None:
+    """Supervise the run, then kill what is left of the group and reap the leader."""
+    try:
+        return _supervise(proc, capture, limits)
+    finally:
+        # The leader is still unreaped here, so its pgid cannot have been reused.
+        _signal_group(proc.pid, signal.SIGKILL)
+        _drain(proc, capture)
+        proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+
+
+def run_process(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    log_path: Path,
+    timeout_s: float,
+    idle_timeout_s: float | None = None,
+    max_output_bytes: int = 8_000_000,
+    stdin_text: str | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    on_output: Callable[[str], None] | None = None,
+) -> RunResult:
+    """Run argv in its own process group and kill the whole group when a limit is crossed."""
+    started = time.monotonic()
+    limits = _Limits(started, timeout_s, idle_timeout_s, should_stop)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "a", encoding="utf-8") as log, _stdin_file(stdin_text) as stdin:
+        capture = _OutputCapture(log, max_output_bytes, on_output)
+        proc = _start(argv, cwd, env, stdin)
+        reason = _run_to_end(proc, capture, limits)
+        output = capture.finish()
+    return RunResult(
+        returncode=proc.returncode,
+        timed_out=reason == "timed_out",
+        idle_timed_out=reason == "idle_timed_out",
+        output_limited=reason == "output_limited",
+        stopped=reason == "stopped",
+        output=output,
+        duration_s=time.monotonic() - started,
+    )

@@ -1,0 +1,347 @@
+"""Own gaffer's git mirrors, plan worktrees and plan branches under GAFFER_HOME.
+
+Layout under home:
+  mirrors/<owner>/<name>.git        bare mirror; origin's branches live in refs/remotes/origin/*
+  mirrors/<owner>/<name>.git.lock   flock held while the mirror or its worktree list changes
+  worktrees/<owner>/<name>/wt-*     warm worktrees; `wt-*.lease.json` says which plan holds one
+  worktrees/.readonly/*             short-lived detached worktrees for planning
+
+Plan branches are local `refs/heads/*` of the mirror, so fetching origin (with --prune)
+never moves or deletes a branch holding work that was not pushed yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import fnmatch
+import json
+import os
+import re
+import shutil
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from tasks.gitcmd import GitError, git
+
+ORIGIN = "refs/remotes/origin"
+OWNER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+
+
+class WorktreeError(Exception):
+    """A mirror, worktree or branch could not be prepared safely."""
+
+
+class PushRefused(WorktreeError):
+    """gaffer was asked to push to the default branch or a protected branch."""
+
+
+@dataclass
+class ReapReport:
+    """What a reap removed and which unpushed branches it kept."""
+
+    removed: list[str] = field(default_factory=list)
+    kept_branches: list[str] = field(default_factory=list)
+
+
+@contextmanager
+def _locked(lock_path: Path) -> Iterator[None]:
+    """Hold an exclusive flock on lock_path, shared by every worker process on the machine."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def split_full_name(full_name: str) -> tuple[str, str]:
+    """Split 'owner/name', refusing anything that could escape the home directory."""
+    owner, _, name = full_name.partition("/")
+    if not OWNER.match(owner) or not NAME.match(name) or name in (".", ".."):
+        raise WorktreeError(f"not a repository name: {full_name!r}")
+    return owner, name
+
+
+def mirror_path(home: Path, full_name: str) -> Path:
+    """Return where the mirror of a repository lives."""
+    owner, name = split_full_name(full_name)
+    return home / "mirrors" / owner / f"{name}.git"
+
+
+def _mirror_lock(mirror: Path) -> Path:
+    return mirror.with_name(mirror.name + ".lock")
+
+
+def _check_url(clone_url: str) -> None:
+    """Refuse clone URLs with embedded credentials: they would be stored in git config."""
+    if "@" in urlsplit(clone_url).netloc:
+        raise WorktreeError("clone URL must not carry credentials; pass the token separately")
+
+
+def ensure_mirror(home: Path, full_name: str, clone_url: str, token: str | None) -> Path:
+    """Create the repository's bare mirror on first use and fetch origin into it."""
+    _check_url(clone_url)
+    mirror = mirror_path(home, full_name)
+    with _locked(_mirror_lock(mirror)):
+        if not (mirror / "HEAD").exists():
+            mirror.mkdir(parents=True, exist_ok=True)
+            git(["init", "--bare", "--quiet"], cwd=mirror)
+            git(["remote", "add", "origin", clone_url], cwd=mirror)
+        git(["remote", "set-url", "origin", clone_url], cwd=mirror)
+        git(["fetch", "--prune", "--no-tags", "--quiet", "origin"], cwd=mirror, token=token)
+    return mirror
+
+
+def resolve_ref(mirror: Path, ref: str) -> str:
+    """Return the commit sha of a sha, a full ref, or a branch name on origin."""
+    exact = SHA.match(ref) or ref.startswith("refs/")
+    candidates = [ref] if exact else [f"{ORIGIN}/{ref}", ref]
+    for candidate in candidates:
+        try:
+            return git(["rev-parse", "--verify", "--quiet", f"{candidate}^{{commit}}"], cwd=mirror)
+        except GitError:
+            continue
+    raise WorktreeError(f"{ref!r} not found in {mirror.name}")
+
+
+def _add_worktree(mirror: Path, path: Path, sha: str) -> None:
+    """Check out a new detached worktree of the mirror at path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(_mirror_lock(mirror)):
+        # A worktree whose folder vanished (crash, manual cleanup) is still registered.
+        git(["worktree", "prune"], cwd=mirror)
+        git(["worktree", "add", "--detach", "--quiet", str(path), sha], cwd=mirror)
+
+
+def _remove_worktree(mirror: Path, path: Path) -> None:
+    """Remove a worktree and its administrative files, even when it is damaged."""
+    with _locked(_mirror_lock(mirror)):
+        try:
+            git(["worktree", "remove", "--force", "--force", str(path)], cwd=mirror)
+        except GitError:
+            shutil.rmtree(path, ignore_errors=True)
+        git(["worktree", "prune"], cwd=mirror)
+
+
+@contextmanager
+def readonly_worktree(mirror: Path, sha: str, home: Path) -> Iterator[Path]:
+    """Yield a detached worktree at sha for planning, removed afterwards."""
+    path = home / "worktrees" / ".readonly" / uuid.uuid4().hex
+    _add_worktree(mirror, path, sha)
+    try:
+        yield path
+    finally:
+        _remove_worktree(mirror, path)
+
+
+def _ref_exists(cwd: Path, ref: str) -> bool:
+    try:
+        git(["show-ref", "--verify", "--quiet", ref], cwd=cwd)
+    except GitError:
+        return False
+    return True
+
+
+def unpushed_commits(cwd: Path, branch: str, *also_known: str) -> int:
+    """Count commits on a local branch that no origin ref (nor also_known) contains."""
+    if not _ref_exists(cwd, f"refs/heads/{branch}"):
+        return 0
+    args = ["rev-list", "--count", f"refs/heads/{branch}", "--not", "--remotes=origin"]
+    return int(git([*args, *also_known], cwd=cwd))
+
+
+def current_branch(worktree: Path) -> str | None:
+    """Return the branch checked out in a worktree, or None when detached."""
+    try:
+        ref = git(["symbolic-ref", "--quiet", "HEAD"], cwd=worktree)
+    except GitError:
+        return None
+    return ref.removeprefix("refs/heads/")
+
+
+def _drop_branch_if_pushed(mirror: Path, branch: str | None) -> str | None:
+    """Delete a local branch that origin already has; return its name when it was kept."""
+    if branch is None:
+        return None
+    if unpushed_commits(mirror, branch):
+        return branch
+    # Deleting fails while the branch is checked out elsewhere; its owner cleans it up.
+    with contextlib.suppress(GitError):
+        git(["branch", "--quiet", "-D", branch], cwd=mirror)
+    return None
+
+
+def create_branch(worktree: Path, branch: str, base_sha: str) -> None:
+    """Check out branch at base_sha, refusing to discard commits that were never pushed."""
+    git(["check-ref-format", "--branch", branch], cwd=worktree)
+    if unpushed_commits(worktree, branch, base_sha):
+        raise WorktreeError(f"branch {branch!r} holds unpushed commits not in {base_sha[:12]}")
+    git(["checkout", "--quiet", "--force", "-B", branch, base_sha], cwd=worktree)
+
+
+def is_protected(branch: str, protected: set[str], default_branch: str) -> bool:
+    """Return True for the default branch and branches matching a protected name or pattern."""
+    name = branch.removeprefix("refs/heads/")
+    return name == default_branch or any(fnmatch.fnmatchcase(name, p) for p in protected)
+
+
+def push_branch(
+    mirror_or_worktree: Path,
+    branch: str,
+    clone_url: str,
+    token: str | None,
+    protected: set[str],
+    default_branch: str,
+    *,
+    force: bool = False,
+) -> str:
+    """Push a plan branch to origin and return the pushed sha; never the default or protected."""
+    if is_protected(branch, protected, default_branch):
+        raise PushRefused(f"gaffer never pushes to {branch!r}: default or protected branch")
+    _check_url(clone_url)
+    cwd = mirror_or_worktree
+    sha = git(["rev-parse", "--verify", f"refs/heads/{branch}^{{commit}}"], cwd=cwd)
+    refspec = f"{'+' if force else ''}refs/heads/{branch}:refs/heads/{branch}"
+    git(["push", "--quiet", "--no-verify", clone_url, refspec], cwd=cwd, token=token)
+    git(["update-ref", f"{ORIGIN}/{branch}", sha], cwd=cwd)
+    return sha
+
+
+def _reset_clean(worktree: Path, sha: str) -> None:
+    """Detach at sha, drop every change and untracked or ignored file, and verify it."""
+    git(["checkout", "--quiet", "--detach", "--force", sha], cwd=worktree)
+    git(["reset", "--quiet", "--hard", sha], cwd=worktree)
+    git(["clean", "-ffdxq"], cwd=worktree)
+    leftover = git(["status", "--porcelain", "--ignored"], cwd=worktree)
+    if leftover:
+        raise WorktreeError(f"worktree {worktree.name} is not clean after reset: {leftover[:200]}")
+
+
+class WorktreePool:
+    """Keep a few warm worktrees of one repository and lease them to plans."""
+
+    def __init__(self, home: Path, full_name: str, mirror: Path, size: int = 3) -> None:
+        owner, name = split_full_name(full_name)
+        self.root = home / "worktrees" / owner / name
+        self.mirror = mirror
+        self.size = size
+        self._lock = self.root / ".pool.lock"
+
+    def acquire(self, plan_key: str, base_sha: str) -> Path:
+        """Lease a clean worktree at base_sha to plan_key (the same one if it holds one)."""
+        with _locked(self._lock):
+            path = self._leased_to(plan_key) or self._claim(plan_key)
+        try:
+            self._prepare(path, base_sha)
+        except (GitError, WorktreeError):
+            self.discard(plan_key)
+            raise
+        return path
+
+    def release(self, plan_key: str) -> None:
+        """Return a plan's worktree to the pool clean, or remove it when the pool is full."""
+        with _locked(self._lock):
+            path = self._leased_to(plan_key)
+            if path is None:
+                return
+            branch = current_branch(path)
+            try:
+                _reset_clean(path, "HEAD")
+            except (GitError, WorktreeError):
+                self._remove(path)
+                return
+            _drop_branch_if_pushed(self.mirror, branch)
+            if len(self._free_paths()) >= self.size:
+                self._remove(path)
+            else:
+                self._lease_file(path).unlink()
+
+    def discard(self, plan_key: str) -> str | None:
+        """Remove a plan's worktree; return its branch when kept for unpushed work."""
+        with _locked(self._lock):
+            path = self._leased_to(plan_key)
+            return self._remove(path) if path is not None else None
+
+    def reap(self, active_keys: set[str]) -> ReapReport:
+        """Remove worktrees leased to inactive plans; keep and report unpushed branches."""
+        report = ReapReport()
+        with _locked(self._lock):
+            for path, key in self._leases():
+                if key not in active_keys:
+                    self._remove(path)
+                    report.removed.append(key)
+            report.kept_branches = self._sweep_branches()
+        return report
+
+    def leases(self) -> dict[str, Path]:
+        """Return the plan keys holding a worktree, with their paths."""
+        return {key: path for path, key in self._leases()}
+
+    def _claim(self, plan_key: str) -> Path:
+        free = self._free_paths()
+        path = free[0] if free else self.root / f"wt-{uuid.uuid4().hex[:12]}"
+        self._write_lease(path, plan_key)
+        return path
+
+    def _prepare(self, path: Path, base_sha: str) -> None:
+        if not (path / ".git").is_file():
+            shutil.rmtree(path, ignore_errors=True)
+            _add_worktree(self.mirror, path, base_sha)
+        _reset_clean(path, base_sha)
+
+    def _remove(self, path: Path) -> str | None:
+        """Remove a worktree and its lease; return its branch when kept for unpushed work."""
+        branch = current_branch(path) if (path / ".git").is_file() else None
+        _remove_worktree(self.mirror, path)
+        self._lease_file(path).unlink(missing_ok=True)
+        return _drop_branch_if_pushed(self.mirror, branch)
+
+    def _sweep_branches(self) -> list[str]:
+        """Delete local branches origin already has; return those holding unpushed work."""
+        out = git(["for-each-ref", "--format=%(refname:short)", "refs/heads/"], cwd=self.mirror)
+        kept = [_drop_branch_if_pushed(self.mirror, b) for b in out.splitlines() if b]
+        return [b for b in kept if b is not None]
+
+    def _lease_file(self, path: Path) -> Path:
+        return path.with_name(path.name + ".lease.json")
+
+    def _write_lease(self, path: Path, plan_key: str) -> None:
+        record = {
+            "plan_key": plan_key,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "leased_at": time.time(),
+        }
+        target = self._lease_file(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temp = target.with_suffix(".tmp")
+        temp.write_text(json.dumps(record))
+        os.replace(temp, target)
+
+    def _leases(self) -> list[tuple[Path, str]]:
+        found = []
+        for lease in sorted(self.root.glob("wt-*.lease.json")):
+            try:
+                key = str(json.loads(lease.read_text())["plan_key"])
+            except (OSError, ValueError, KeyError):
+                key = ""
+            found.append((lease.with_name(lease.name.removesuffix(".lease.json")), key))
+        return found
+
+    def _leased_to(self, plan_key: str) -> Path | None:
+        return next((path for path, key in self._leases() if key == plan_key), None)
+
+    def _free_paths(self) -> list[Path]:
+        leased = {path for path, _ in self._leases()}
+        slots = sorted(p for p in self.root.glob("wt-*") if p.is_dir())
+        return [p for p in slots if p not in leased]

@@ -1,0 +1,197 @@
+"""The one subprocess runner: limits kill the whole process group, output is captured safely."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tasks.runner import run_process, sandbox_env
+
+PY = sys.executable
+
+
+def run(tmp_path: Path, code: str, **limits) -> object:
+    limits.setdefault("timeout_s", 30)
+    return run_process(
+        [PY, "-c", code],
+        cwd=tmp_path,
+        env={"PATH": os.environ["PATH"]},
+        log_path=tmp_path / "logs" / "run.log",
+        **limits,
+    )
+
+
+def _gone(pid: int, within_s: float = 2.0) -> bool:
+    """Return True once pid has died (a zombie awaiting its reaper counts as dead)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except FileNotFoundError:
+            return True
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+SPAWN_GRANDCHILD = f"""
+import subprocess, sys, time
+child = subprocess.Popen([{PY!r}, "-c", "import time; time.sleep(60)"])
+print(child.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_exit_code_and_output_are_reported(tmp_path):
+    result = run(tmp_path, "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)")
+    assert result.returncode == 3
+    assert not result.killed
+    assert "out" in result.output and "err" in result.output
+    assert "out\n" in (tmp_path / "logs" / "run.log").read_text()
+
+
+def test_timeout_kills_child_and_grandchild(tmp_path):
+    result = run(tmp_path, SPAWN_GRANDCHILD, timeout_s=1)
+    grandchild = int(result.output.split()[0])
+    assert result.timed_out and not result.ok
+    assert result.duration_s < 10
+    assert _gone(grandchild)
+
+
+def test_background_process_is_killed_when_leader_exits(tmp_path):
+    code = (
+        f"import subprocess; p = subprocess.Popen([{PY!r}, '-c', 'import time; time.sleep(60)']);"
+        " print(p.pid, flush=True)"
+    )
+    result = run(tmp_path, code)
+    assert result.returncode == 0
+    assert _gone(int(result.output.split()[0]))
+
+
+def test_idle_timeout_stops_a_silent_process(tmp_path):
+    result = run(
+        tmp_path, "print('start', flush=True); import time; time.sleep(60)", idle_timeout_s=1
+    )
+    assert result.idle_timed_out and not result.timed_out
+    assert "start" in result.output
+
+
+def test_steady_output_is_not_idle(tmp_path):
+    code = "import time\nfor i in range(6):\n    print(i, flush=True); time.sleep(0.3)"
+    result = run(tmp_path, code, idle_timeout_s=1)
+    assert result.ok
+
+
+def test_flood_is_capped(tmp_path):
+    result = run(
+        tmp_path,
+        "import sys\nwhile True: sys.stdout.write('x' * 10000 + '\\n')",
+        max_output_bytes=200_000,
+    )
+    assert result.output_limited
+    assert len(result.output.encode()) <= 200_000
+    assert (tmp_path / "logs" / "run.log").stat().st_size < 400_000
+
+
+def test_flood_without_newlines_is_capped(tmp_path):
+    result = run(
+        tmp_path, "import sys\nwhile True: sys.stdout.write('y' * 10000)", max_output_bytes=100_000
+    )
+    assert result.output_limited
+
+
+def test_should_stop_ends_the_run(tmp_path):
+    deadline = time.monotonic() + 0.5
+    result = run(
+        tmp_path, "import time; time.sleep(60)", should_stop=lambda: time.monotonic() > deadline
+    )
+    assert result.stopped and result.duration_s < 10
+
+
+def test_process_ignoring_sigterm_is_killed(tmp_path):
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    result = run(tmp_path, code, timeout_s=0.5)
+    assert result.timed_out and result.returncode == -9
+
+
+def test_non_utf8_output_is_replaced_not_fatal(tmp_path):
+    lines: list[str] = []
+    result = run(
+        tmp_path,
+        "import sys; sys.stdout.buffer.write(b'ok \\xff\\xfe end\\n')",
+        on_output=lines.append,
+    )
+    assert result.ok
+    assert lines == ["ok \ufffd\ufffd end"]
+    assert "\ufffd" in (tmp_path / "logs" / "run.log").read_text()
+
+
+def test_stdin_text_is_given_to_the_process(tmp_path):
+    result = run(tmp_path, "import sys; print(sys.stdin.read().upper())", stdin_text="hello")
+    assert result.output.strip() == "HELLO"
+
+
+def test_on_output_gets_lines_as_they_come(tmp_path):
+    lines: list[str] = []
+    run(tmp_path, "print('a'); print('b')", on_output=lines.append)
+    assert lines == ["a", "b"]
+
+
+SOURCE = {
+    "PATH": "/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "ANTHROPIC_API_KEY": "sk-ant",
+    "GITHUB_TOKEN": "ghs_secret",
+    "GH_TOKEN": "ghs_secret",
+    "WEBHOOK_SECRET": "hook",
+    "DATABASE_URL": "postgresql://u:p@db/gaffer",
+    "PRIVATE_KEY": "-----BEGIN",
+    "GAFFER_HOME": "/srv/gaffer",
+    "AWS_SECRET_ACCESS_KEY": "aws",
+}
+
+
+def test_sandbox_env_keeps_only_allowed_names(tmp_path):
+    env = sandbox_env(
+        allow=["ANTHROPIC_API_KEY"],
+        source=SOURCE,
+        home=tmp_path / "h",
+        extra={"GAFFER_STAGE": "plan"},
+    )
+    assert env == {
+        "PATH": "/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "ANTHROPIC_API_KEY": "sk-ant",
+        "HOME": str(tmp_path / "h"),
+        "TMPDIR": str(tmp_path / "h" / "tmp"),
+        "GAFFER_STAGE": "plan",
+    }
+    assert (tmp_path / "h" / "tmp").is_dir()
+
+
+@pytest.mark.parametrize(
+    "secret",
+    ["GITHUB_TOKEN", "GH_TOKEN", "WEBHOOK_SECRET", "DATABASE_URL", "PRIVATE_KEY", "GAFFER_HOME"],
+)
+def test_sandbox_env_never_passes_gaffer_secrets_even_when_allowed(tmp_path, secret):
+    env = sandbox_env(allow=[secret], source=SOURCE, home=tmp_path)
+    assert secret not in env
+
+
+def test_process_sees_only_the_sandbox_env(tmp_path):
+    env = sandbox_env(
+        allow=[], source={**os.environ, **SOURCE, "PATH": os.environ["PATH"]}, home=tmp_path / "h"
+    )
+    result = run_process(
+        [PY, "-c", "import os; print(sorted(os.environ))"],
+        cwd=tmp_path,
+        env=env,
+        log_path=tmp_path / "log",
+        timeout_s=30,
+    )
+    assert "GITHUB_TOKEN" not in result.output and "DATABASE_URL" not in result.output

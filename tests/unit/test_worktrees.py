@@ -1,0 +1,214 @@
+"""Mirrors, warm worktrees and plan branches, on real git repositories."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tasks.gitcmd import GitError, basic_auth_header, git
+from tasks.worktrees import (
+    PushRefused,
+    WorktreeError,
+    WorktreePool,
+    create_branch,
+    ensure_mirror,
+    push_branch,
+    readonly_worktree,
+    resolve_ref,
+)
+from tests.conftest_git import commit_to_origin, make_origin
+
+TOKEN = "ghs_not_a_real_token_0123456789abcdef"
+FILES = {"README.md": "hello\n", ".gitignore": "build/\n", "src/app.py": "print('hi')\n"}
+
+
+@pytest.fixture
+def origin(tmp_path: Path) -> Path:
+    return make_origin(tmp_path, FILES)
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def mirror(home: Path, origin: Path) -> Path:
+    return ensure_mirror(home, "octo/demo", str(origin), None)
+
+
+@pytest.fixture
+def pool(home: Path, mirror: Path) -> WorktreePool:
+    return WorktreePool(home, "octo/demo", mirror, size=2)
+
+
+def test_mirror_is_cloned_under_home_and_fetch_sees_new_commits(home, origin, mirror):
+    assert mirror == home / "mirrors" / "octo" / "demo.git"
+    first = resolve_ref(mirror, "main")
+    second = commit_to_origin(origin, {"NEW.md": "new\n"}, "second")
+    assert resolve_ref(mirror, "main") == first
+    ensure_mirror(home, "octo/demo", f"file://{origin}", None)
+    assert resolve_ref(mirror, "main") == second != first
+
+
+def test_token_reaches_git_as_a_header_but_no_file_under_home(home, origin, mirror):
+    ensure_mirror(home, "octo/demo", str(origin), TOKEN)
+    header = git(["config", "--get", "http.extraHeader"], cwd=mirror, token=TOKEN)
+    assert header == basic_auth_header(TOKEN)
+    for path in home.rglob("*"):
+        if path.is_file():
+            assert TOKEN.encode() not in path.read_bytes(), path
+            assert basic_auth_header(TOKEN).encode() not in path.read_bytes(), path
+
+
+def test_git_error_never_shows_the_token(tmp_path):
+    with pytest.raises(GitError) as caught:
+        git(["fetch", f"file://{tmp_path}/missing-{TOKEN}.git"], cwd=tmp_path, token=TOKEN)
+    assert TOKEN not in str(caught.value)
+
+
+@pytest.mark.parametrize("bad", ["../evil", "octo/..", "octo", "/abs/x", "octo/a/b"])
+def test_repository_names_that_escape_home_are_refused(home, origin, bad):
+    with pytest.raises(WorktreeError):
+        ensure_mirror(home, bad, str(origin), None)
+
+
+def test_clone_url_with_credentials_is_refused(home):
+    with pytest.raises(WorktreeError, match="credentials"):
+        ensure_mirror(home, "octo/demo", f"https://x-access-token:{TOKEN}@github.com/o/r", None)
+
+
+def test_readonly_worktree_is_removed_afterwards(home, mirror):
+    sha = resolve_ref(mirror, "main")
+    with readonly_worktree(mirror, sha, home) as path:
+        assert (path / "README.md").read_text() == "hello\n"
+        assert home in path.parents
+    assert not path.exists()
+    assert git(["worktree", "list", "--porcelain"], cwd=mirror).count("worktree ") == 1
+
+
+def test_fresh_worktree_when_pool_is_empty(home, pool, mirror):
+    sha = resolve_ref(mirror, "main")
+    path = pool.acquire("plan-1", sha)
+    assert (path / "src" / "app.py").exists()
+    assert git(["rev-parse", "HEAD"], cwd=path) == sha
+    assert home / "worktrees" in path.parents
+    assert pool.leases() == {"plan-1": path}
+
+
+def test_two_plans_get_different_worktrees(pool, mirror):
+    sha = resolve_ref(mirror, "main")
+    assert pool.acquire("plan-1", sha) != pool.acquire("plan-2", sha)
+
+
+def test_same_plan_gets_its_worktree_back(pool, mirror):
+    sha = resolve_ref(mirror, "main")
+    assert pool.acquire("plan-1", sha) == pool.acquire("plan-1", sha)
+
+
+def test_reused_worktree_is_clean(pool, mirror):
+    sha = resolve_ref(mirror, "main")
+    path = pool.acquire("plan-1", sha)
+    (path / "src" / "app.py").write_text("changed\n")
+    (path / "untracked.txt").write_text("x")
+    (path / "build").mkdir()
+    (path / "build" / "out.o").write_text("ignored")
+    create_branch(path, "gaffer/1-demo", sha)
+    pool.release("plan-1")
+
+    again = pool.acquire("plan-2", sha)
+
+    assert again == path
+    assert (again / "src" / "app.py").read_text() == "print('hi')\n"
+    assert not (again / "untracked.txt").exists()
+    assert not (again / "build").exists()
+    assert git(["status", "--porcelain", "--ignored"], cwd=again) == ""
+
+
+def test_release_removes_worktree_when_pool_is_full(pool, mirror):
+    sha = resolve_ref(mirror, "main")
+    paths = [pool.acquire(f"plan-{i}", sha) for i in range(3)]
+    for i in range(3):
+        pool.release(f"plan-{i}")
+    assert [p.exists() for p in paths] == [True, True, False]
+    assert pool.leases() == {}
+
+
+def _commit_in(path: Path, name: str) -> str:
+    (path / name).write_text("work\n")
+    git(["add", name], cwd=path)
+    git(["commit", "--quiet", "-m", f"add {name}"], cwd=path)
+    return git(["rev-parse", "HEAD"], cwd=path)
+
+
+def test_reap_keeps_unpushed_work_and_drops_pushed_branches(pool, mirror, origin):
+    sha = resolve_ref(mirror, "main")
+    pushed = pool.acquire("plan-pushed", sha)
+    create_branch(pushed, "gaffer/1-pushed", sha)
+    _commit_in(pushed, "a.txt")
+    push_branch(pushed, "gaffer/1-pushed", str(origin), None, set(), "main")
+    unpushed = pool.acquire("plan-unpushed", sha)
+    create_branch(unpushed, "gaffer/2-unpushed", sha)
+    _commit_in(unpushed, "b.txt")
+    active = pool.acquire("plan-active", sha)
+
+    report = pool.reap({"plan-active"})
+
+    assert sorted(report.removed) == ["plan-pushed", "plan-unpushed"]
+    assert report.kept_branches == ["gaffer/2-unpushed"]
+    assert not pushed.exists() and not unpushed.exists() and active.exists()
+    branches = git(["branch", "--format=%(refname:short)"], cwd=mirror).split()
+    assert branches == ["gaffer/2-unpushed"]
+
+
+def test_fetch_does_not_remove_unpushed_branch(home, pool, mirror, origin):
+    sha = resolve_ref(mirror, "main")
+    path = pool.acquire("plan-1", sha)
+    create_branch(path, "gaffer/3-local", sha)
+    head = _commit_in(path, "c.txt")
+    ensure_mirror(home, "octo/demo", str(origin), None)
+    assert resolve_ref(mirror, "refs/heads/gaffer/3-local") == head
+
+
+def test_create_branch_refuses_to_discard_unpushed_commits(pool, mirror):
+    sha = resolve_ref(mirror, "main")
+    path = pool.acquire("plan-1", sha)
+    create_branch(path, "gaffer/4-x", sha)
+    _commit_in(path, "d.txt")
+    with pytest.raises(WorktreeError, match="unpushed"):
+        create_branch(path, "gaffer/4-x", sha)
+
+
+def test_push_updates_origin_and_tracking_ref(pool, mirror, origin):
+    sha = resolve_ref(mirror, "main")
+    path = pool.acquire("plan-1", sha)
+    create_branch(path, "gaffer/5-push", sha)
+    head = _commit_in(path, "e.txt")
+    assert push_branch(path, "gaffer/5-push", str(origin), None, set(), "main") == head
+    assert git(["rev-parse", "refs/heads/gaffer/5-push"], cwd=origin) == head
+    assert resolve_ref(mirror, "gaffer/5-push") == head
+
+
+@pytest.mark.parametrize(
+    "branch, protected",
+    [
+        pytest.param("main", set(), id="default branch"),
+        pytest.param("refs/heads/main", set(), id="default branch as a full ref"),
+        pytest.param("release", {"release"}, id="protected branch"),
+        pytest.param("release/1.2", {"release/*"}, id="protected pattern"),
+    ],
+)
+def test_push_refuses_default_and_protected_branches(pool, mirror, origin, branch, protected):
+    path = pool.acquire("plan-1", resolve_ref(mirror, "main"))
+    with pytest.raises(PushRefused):
+        push_branch(path, branch, str(origin), None, protected, "main")
+
+
+def test_worktree_deleted_behind_gaffers_back_is_recreated(pool, mirror):
+    sha = resolve_ref(mirror, "main")
+    path = pool.acquire("plan-1", sha)
+    shutil.rmtree(path)
+    assert pool.acquire("plan-1", sha) == path
+    assert (path / "README.md").exists()
