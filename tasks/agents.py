@@ -13,6 +13,15 @@ from typing import Any
 import yaml
 
 from tasks.runner import RunResult, is_gaffer_secret, run_process, sandbox_env
+from tasks.usage import (
+    QuotaHit,
+    Usage,
+    parse_aider,
+    parse_claude_json,
+    parse_codex_jsonl,
+    parse_gemini_json,
+    parse_opencode_jsonl,
+)
 
 AGENTS_FILE = Path(__file__).resolve().parent.parent / "config" / "agents.yml"
 READ_ONLY_STAGES = frozenset({"plan", "revise"})
@@ -32,6 +41,8 @@ class AgentOutput:
 
     text: str
     error: str | None = None
+    usage: Usage | None = None
+    quota: QuotaHit | None = None
 
 
 @dataclass(frozen=True)
@@ -68,7 +79,14 @@ def parse_text(output: str) -> AgentOutput:
     return AgentOutput(text=output)
 
 
-PARSERS: dict[str, Callable[[str], AgentOutput]] = {"text": parse_text}
+PARSERS: dict[str, Callable[[str], AgentOutput]] = {
+    "text": parse_text,
+    "claude-json": parse_claude_json,
+    "codex-jsonl": parse_codex_jsonl,
+    "gemini-json": parse_gemini_json,
+    "aider": parse_aider,
+    "opencode-jsonl": parse_opencode_jsonl,
+}
 
 
 def _strings(name: str, key: str, value: Any, *, empty_ok: bool) -> tuple[str, ...]:
