@@ -37,13 +37,19 @@ class GitHubApp:
         self.app_id = int(settings.app_id)
         self._auth = Auth.AppAuth(settings.app_id, settings.private_key)
         self._retry = GithubRetry(total=retries, backoff_factor=0.5)
+        # PyGithub paces requests to stay clear of secondary rate limits; tests set 0.
+        config = settings.server_config
+        self._pace = {
+            "seconds_between_requests": float(config.get("github_seconds_between_requests", 0.25)),
+            "seconds_between_writes": float(config.get("github_seconds_between_writes", 1.0)),
+        }
         self._tokens: dict[int, _Token] = {}
         self._lock = threading.Lock()
 
     def integration(self) -> GithubIntegration:
         """Return a client authenticated as the App itself (JWT)."""
         return GithubIntegration(
-            auth=self._auth, base_url=self.settings.github_api_url, retry=self._retry
+            auth=self._auth, base_url=self.settings.github_api_url, retry=self._retry, **self._pace
         )
 
     def token(self, installation_id: int) -> str:
@@ -62,11 +68,95 @@ class GitHubApp:
             auth=Auth.Token(self.token(installation_id)),
             base_url=self.settings.github_api_url,
             retry=self._retry,
+            **self._pace,
         )
         return RepoClient(gh, full_name, self.app_id)
 
 
-class RepoClient:
+@dataclass(frozen=True)
+class CheckRunRef:
+    id: int
+    html_url: str
+
+
+class PullsMixin:
+    """Branches, check runs and pull requests: the write side of the diff checkpoint."""
+
+    repo: Any
+
+    def branch_sha(self, branch: str) -> str | None:
+        """Return the branch's head on GitHub, or None when it does not exist."""
+        try:
+            return str(self.repo.get_branch(branch).commit.sha)
+        except GithubException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def branch_protected(self, branch: str) -> bool:
+        try:
+            return bool(self.repo.get_branch(branch).protected)
+        except GithubException as error:
+            if error.status == 404:
+                return False
+            raise
+
+    def delete_branch(self, branch: str) -> None:
+        """Delete a plan branch on GitHub; a branch already gone is fine."""
+        try:
+            self.repo.get_git_ref(f"heads/{branch}").delete()
+        except GithubException as error:
+            if error.status not in (404, 422):
+                raise
+
+    def check_run(self, head_sha: str, name: str, external_id: str, **fields: Any) -> CheckRunRef:
+        """Create or update the check run with this external_id on head_sha."""
+        existing = self._find_check_run(head_sha, name, external_id)
+        if existing is None:
+            run = self.repo.create_check_run(
+                name=name, head_sha=head_sha, external_id=external_id, **fields
+            )
+        else:
+            existing.edit(**fields)
+            run = existing
+        return CheckRunRef(int(run.id), str(run.html_url))
+
+    def _find_check_run(self, head_sha: str, name: str, external_id: str) -> Any:
+        # A create that timed out may have succeeded: look before creating again.
+        for run in self.repo.get_commit(head_sha).get_check_runs(check_name=name):
+            if run.external_id == external_id:
+                return run
+        return None
+
+    def open_pull(self, branch: str, base: str, title: str, body: str) -> tuple[int, str]:
+        """Return (number, head sha) of the branch's open PR, creating it if there is none."""
+        owner = self.repo.owner.login
+        for pull in self.repo.get_pulls(state="open", head=f"{owner}:{branch}"):
+            return int(pull.number), str(pull.head.sha)
+        pull = self.repo.create_pull(base=base, head=branch, title=title, body=body)
+        return int(pull.number), str(pull.head.sha)
+
+    def close_pull(self, number: int) -> None:
+        self.repo.get_pull(number).edit(state="closed")
+
+    def pull_request_template(self) -> str | None:
+        """Return the repository's pull request template from its default branch, if any."""
+        for path in PR_TEMPLATES:
+            text = self.file_on_default_branch(path)  # type: ignore[attr-defined]
+            if text is not None:
+                return text
+        return None
+
+
+PR_TEMPLATES = (
+    ".github/pull_request_template.md",
+    ".github/PULL_REQUEST_TEMPLATE.md",
+    "pull_request_template.md",
+    "docs/pull_request_template.md",
+)
+
+
+class RepoClient(PullsMixin):
     """The calls gaffer makes on one repository, each looking up before it creates."""
 
     def __init__(self, gh: Github, full_name: str, app_id: int) -> None:

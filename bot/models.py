@@ -118,6 +118,11 @@ class Plan(Base):
     current_revision: Mapped[int] = mapped_column(default=0)
     approved_revision: Mapped[int | None] = mapped_column(Integer)
     base_sha: Mapped[str | None] = mapped_column(String(40))
+    branch: Mapped[str | None] = mapped_column(String(250))
+    # The head the checks ran on: the only SHA /approve-diff can approve.
+    head_sha: Mapped[str | None] = mapped_column(String(40))
+    fix_rounds: Mapped[int] = mapped_column(default=0)
+    pr_number: Mapped[int | None] = mapped_column(Integer)
     agent: Mapped[str | None] = mapped_column(String(100))
     model: Mapped[str | None] = mapped_column(String(200))
     status_comment_id: Mapped[int | None] = mapped_column(BigInteger)
@@ -127,7 +132,7 @@ class Plan(Base):
         DateTime(timezone=True), default=utcnow, onupdate=utcnow
     )
 
-    repository: Mapped[Repository] = relationship()
+    repository: Mapped[Repository] = relationship(lazy="joined")
     revisions: Mapped[list[PlanRevision]] = relationship(
         back_populates="plan", order_by="PlanRevision.number"
     )
@@ -172,6 +177,23 @@ class Job(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class CheckResult(Base):
+    """One verification of a plan's head: a repository check or gaffer's diff check."""
+
+    __tablename__ = "check_results"
+    __table_args__ = (UniqueConstraint("plan_id", "head_sha", "name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    plan_id: Mapped[int] = mapped_column(ForeignKey("plans.id", ondelete="CASCADE"), index=True)
+    head_sha: Mapped[str] = mapped_column(String(40))
+    name: Mapped[str] = mapped_column(String(100))
+    conclusion: Mapped[str | None] = mapped_column(String(20))
+    title: Mapped[str | None] = mapped_column(Text)
+    check_run_id: Mapped[int | None] = mapped_column(BigInteger)
+    html_url: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class Approval(Base):

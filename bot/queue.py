@@ -11,9 +11,10 @@ from bot.settings import Settings
 PROCESS_DELIVERY = "gaffer.process_delivery"
 RUN_JOB = "gaffer.run_job"
 RECONCILE = "gaffer.reconcile"
+CLEANUP = "gaffer.cleanup_plan"
 
 # Short API work and long agent work never wait behind each other.
-QUEUE_OF = {PROCESS_DELIVERY: "github", RUN_JOB: "agent", RECONCILE: "github"}
+QUEUE_OF = {PROCESS_DELIVERY: "github", RUN_JOB: "agent", RECONCILE: "github", CLEANUP: "agent"}
 
 # Above the longest job gaffer allows (agent timeout plus checks), so Redis never hands
 # a running task to a second worker (celery#7918).

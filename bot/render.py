@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 from bot.github import STATUS_MARKER
-from bot.models import Plan, PlanState
+from bot.models import CheckResult, Plan, PlanState
 from bot.states import Event, events_from
 
 # The command a person types for each event a comment can cause.
@@ -14,7 +17,8 @@ _COMMAND_FOR = {
     Event.ICEBOX: "/icebox",
     Event.THAW: "/thaw",
     Event.RETRY: "/retry",
-    Event.APPROVE_DIFF: "/approve-diff",
+    Event.RETRY_PLAN: "/retry",
+    Event.APPROVE_DIFF: "/approve-diff {head}",
     Event.CANCEL: "/cancel",
 }
 
@@ -38,14 +42,25 @@ _HEADLINE = {
 def commands_for(plan: Plan) -> list[str]:
     """List the commands that apply to the plan in its current state."""
     usages = [
-        _COMMAND_FOR[event].format(revision=plan.current_revision)
+        _COMMAND_FOR[event].format(revision=plan.current_revision, head=(plan.head_sha or "")[:12])
         for event in events_from(plan.state)
         if event in _COMMAND_FOR
     ]
     return [*dict.fromkeys(usages), "/status", "/help"]
 
 
-def status_comment(plan: Plan, plan_text: str | None) -> str:
+@dataclass(frozen=True)
+class Verification:
+    """What the status comment shows of the checks on the plan's head."""
+
+    checks: Sequence[CheckResult]
+    compare_url: str | None = None
+    pr_url: str | None = None
+
+
+def status_comment(
+    plan: Plan, plan_text: str | None, verification: Verification | None = None
+) -> str:
     """Render gaffer's one status comment for the plan."""
     revision = f" · revision r{plan.current_revision}" if plan.current_revision else ""
     parts = [
@@ -59,6 +74,8 @@ def status_comment(plan: Plan, plan_text: str | None) -> str:
         parts.append(f"#### Plan r{plan.current_revision}\n\n{plan_text.strip()}")
     if plan.approved_revision:
         parts.append(f"Approved: revision r{plan.approved_revision}.")
+    if verification is not None and plan.head_sha:
+        parts.append(_verification(plan, verification))
     parts.append("**Commands:** " + " · ".join(f"`{c}`" for c in commands_for(plan)))
     agent = plan.agent or "default"
     parts.append(
@@ -66,6 +83,27 @@ def status_comment(plan: Plan, plan_text: str | None) -> str:
         "editing this comment changes nothing.</sub>"
     )
     return "\n\n".join(parts)
+
+
+_ICON = {"success": "✅", "failure": "❌", "timed_out": "⏱️", "neutral": "➖", None: "⏳"}
+
+
+def _verification(plan: Plan, verification: Verification) -> str:
+    lines = [f"#### Checks on `{plan.head_sha}` (branch `{plan.branch}`)", ""]
+    for check in verification.checks:
+        icon = _ICON.get(check.conclusion, "❔")
+        title = f" — {check.title}" if check.title else ""
+        link = (
+            f"[gaffer/{check.name}]({check.html_url})" if check.html_url else f"gaffer/{check.name}"
+        )
+        lines.append(f"- {icon} {link}{title}")
+    if verification.compare_url:
+        lines.append(f"\n[Compare with the base]({verification.compare_url})")
+    if verification.pr_url:
+        lines.append(f"\nPull request: {verification.pr_url}")
+    if plan.state == PlanState.IN_REVIEW:
+        lines.append(f"\n`/approve-diff {plan.head_sha}` approves exactly this commit.")
+    return "\n".join(lines)
 
 
 def refusal(raw: str, reason: str) -> str:

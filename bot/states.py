@@ -25,6 +25,7 @@ class Event(StrEnum):
     CHECKS_FAILED_FINAL = "checks_failed_final"
     WORK_FAILED = "work_failed"
     RETRY = "retry"
+    RETRY_PLAN = "retry_plan"
     APPROVE_DIFF = "approve_diff"
     PR_MERGED = "pr_merged"
     PR_CLOSED = "pr_closed"
@@ -54,6 +55,7 @@ TRANSITIONS: dict[tuple[S, Event], S] = {
     (S.VERIFYING, Event.CHECKS_FAILED_FINAL): S.FAILED,
     (S.VERIFYING, Event.WORK_FAILED): S.FAILED,
     (S.FAILED, Event.RETRY): S.APPROVED,
+    (S.FAILED, Event.RETRY_PLAN): S.PLANNING,
     (S.IN_REVIEW, Event.APPROVE_DIFF): S.PR_OPEN,
     (S.IN_REVIEW, Event.REVISE): S.EXECUTING,
     (S.IN_REVIEW, Event.REJECT): S.REJECTED,

@@ -6,8 +6,8 @@ from sqlalchemy import select, update
 
 from bot.db import Database
 from bot.github import RepoClient
-from bot.models import Plan, PlanRevision
-from bot.render import status_comment
+from bot.models import CheckResult, Plan, PlanRevision
+from bot.render import Verification, status_comment
 
 
 def publish_status(db: Database, client: RepoClient, plan_id: int) -> None:
@@ -19,7 +19,12 @@ def publish_status(db: Database, client: RepoClient, plan_id: int) -> None:
                 PlanRevision.plan_id == plan_id, PlanRevision.number == plan.current_revision
             )
         )
-        body = status_comment(plan, text)
+        checks = session.scalars(
+            select(CheckResult)
+            .where(CheckResult.plan_id == plan_id, CheckResult.head_sha == plan.head_sha)
+            .order_by(CheckResult.id)
+        ).all()
+        body = status_comment(plan, text, _verification(client, plan, list(checks)))
         known_id, number, state = plan.status_comment_id, plan.issue_number, plan.state
     comment_id = client.upsert_status(number, body, known_id)
     if comment_id != known_id:
@@ -28,3 +33,12 @@ def publish_status(db: Database, client: RepoClient, plan_id: int) -> None:
                 update(Plan).where(Plan.id == plan_id).values(status_comment_id=comment_id)
             )
     client.set_state_label(number, state.value)
+
+
+def _verification(client: RepoClient, plan: Plan, checks: list[CheckResult]) -> Verification | None:
+    if not plan.head_sha:
+        return None
+    web = str(client.repo.html_url)
+    compare = f"{web}/compare/{plan.base_sha}...{plan.head_sha}" if plan.base_sha else None
+    pr = f"{web}/pull/{plan.pr_number}" if plan.pr_number else None
+    return Verification(checks, compare, pr)

@@ -7,13 +7,21 @@ from collections.abc import Callable
 
 from bot.models import Job, JobState
 from tasks.context import WorkerContext
+from tasks.execution import run_execution
 from tasks.leases import Heartbeat, claim, finish
 from tasks.planning import run_planning
+from tasks.pulls import open_pull_request
 
 log = logging.getLogger(__name__)
 
 Stage = Callable[[WorkerContext, Job], None]
-STAGES: dict[str, Stage] = {"plan": run_planning, "revise": run_planning}
+STAGES: dict[str, Stage] = {
+    "plan": run_planning,
+    "revise": run_planning,
+    "execute": run_execution,
+    "rework": run_execution,
+    "open_pr": open_pull_request,
+}
 
 
 def run_job(wctx: WorkerContext, *, job_id: int) -> None:

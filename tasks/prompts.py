@@ -49,3 +49,29 @@ def _issue_section(issue: IssueText) -> str:
             f'<comment author="{author}">\n{clean_untrusted(body, limit=20_000)}\n</comment>'
         )
     return "\n\n".join(lines)
+
+
+def execute_prompt(issue: IssueText, plan_text: str, *, feedback: str | None = None) -> str:
+    """Return the execution prompt: program, issue, the approved plan, and review feedback."""
+    parts = [
+        program("execute"),
+        _issue_section(issue),
+        f"## The approved plan\n\n<plan>\n{plan_text}\n</plan>",
+    ]
+    if feedback:
+        parts.append(
+            f"## Review feedback to answer\n\n<feedback>\n{clean_untrusted(feedback)}\n</feedback>"
+        )
+    return "\n\n".join(parts) + "\n"
+
+
+def fix_prompt(issue: IssueText, plan_text: str, failures: Sequence[tuple[str, str]]) -> str:
+    """Return the fix prompt: program, the plan, and each failing check's log tail."""
+    parts = [
+        program("fix"),
+        _issue_section(issue),
+        f"## The approved plan\n\n<plan>\n{plan_text}\n</plan>",
+    ]
+    for name, log in failures:
+        parts.append(f"## Failing check: {name}\n\n<check-log>\n{log[-20_000:]}\n</check-log>")
+    return "\n\n".join(parts) + "\n"

@@ -6,8 +6,9 @@ from typing import Any
 
 from celery import Celery
 
-from bot.queue import PROCESS_DELIVERY, RECONCILE, RUN_JOB, make_celery
+from bot.queue import CLEANUP, PROCESS_DELIVERY, RECONCILE, RUN_JOB, make_celery
 from bot.settings import Settings
+from tasks.cleanup import cleanup_plan
 from tasks.context import WorkerContext
 from tasks.deliveries import process_delivery, record_failure
 from tasks.jobs import run_job
@@ -32,6 +33,10 @@ def create_worker(settings: Settings) -> Celery:
     @celery.task(name=RUN_JOB, acks_late=True, reject_on_worker_lost=True)
     def run_job_task(*, job_id: int) -> None:
         run_job(wctx, job_id=job_id)
+
+    @celery.task(name=CLEANUP)
+    def cleanup_task(*, plan_id: int) -> None:
+        cleanup_plan(wctx, plan_id=plan_id)
 
     @celery.task(name=RECONCILE)
     def reconcile_task() -> None:

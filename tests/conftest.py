@@ -137,3 +137,61 @@ def github_http(github):  # type: ignore[no-untyped-def]
         mock_with_responses(rsps, github.flask_app, API_URL)
         yield github
     assert github.contract_errors == [], github.contract_errors
+
+
+@pytest.fixture
+def github_server(github):  # type: ignore[no-untyped-def]
+    """Serve the double on loopback, for worker processes."""
+    from tests.github_double.transports import serve_on_loopback
+
+    with serve_on_loopback(github.flask_app) as base_url:
+        yield base_url
+    assert github.contract_errors == [], github.contract_errors
+
+
+@pytest.fixture
+def server_config(tmp_path: Path) -> Path:
+    """The GAFFER_CONFIG file; tests add agents or defaults by rewriting it."""
+    path = tmp_path / "gaffer-server.yml"
+    path.write_text(
+        "agent_timeout_s: 60\nagent_idle_timeout_s: 30\n"
+        "github_seconds_between_requests: 0\ngithub_seconds_between_writes: 0\n"
+    )
+    return path
+
+
+@pytest.fixture
+def worker(settings: Settings, github_server: str, server_config: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A real Celery worker process on both queues, talking to the double over HTTP."""
+    from tests.support import WorkerProcess
+
+    env = {
+        **os.environ,
+        "WEBHOOK_SECRET": WEBHOOK_SECRET,
+        "GAFFER_HOME": str(settings.home),
+        "DATABASE_URL": settings.database_url,
+        "BROKER_URL": settings.broker_url,
+        "GITHUB_API_URL": github_server,
+        "APP_ID": str(APP_ID),
+        "PRIVATE_KEY": settings.private_key or "",
+        "GAFFER_CONFIG": str(server_config),
+    }
+    process = WorkerProcess.start(env, tmp_path / "worker.log")
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def wctx(settings: Settings, app, github_http, server_config: Path):  # type: ignore[no-untyped-def]
+    """The worker's context, in this process, with GitHub served through `responses`."""
+    import dataclasses
+
+    import yaml
+
+    from tasks.context import WorkerContext
+
+    config = yaml.safe_load(server_config.read_text())
+    worker_settings = dataclasses.replace(settings, server_config=config)
+    context = WorkerContext.build(worker_settings, app.extensions["gaffer_celery"])
+    yield context
+    context.db.dispose()

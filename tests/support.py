@@ -6,10 +6,15 @@ import hashlib
 import hmac
 import itertools
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -110,3 +115,39 @@ def wait_for(condition: Callable[[], Any], *, timeout: float = 60, what: str = "
             return value
         time.sleep(0.1)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@dataclass
+class WorkerProcess:
+    """A `python -m tasks.worker` child process and its log."""
+
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    @classmethod
+    def start(cls, env: dict[str, str], log_path: Path, queues: str = "github,agent") -> WorkerProcess:
+        with log_path.open("wb") as log:  # the child keeps its own descriptor
+            process = subprocess.Popen(
+                [sys.executable, "-m", "tasks.worker", queues, "--concurrency", "3"],
+                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        worker = cls(process, log_path)
+        wait_for(worker.ready, timeout=60, what=f"the worker to start (log: {log_path})")
+        return worker
+
+    def ready(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"worker exited:\n{self.log_path.read_text()[-4000:]}")
+        return b"ready." in self.log_path.read_bytes()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()

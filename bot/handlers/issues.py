@@ -8,7 +8,7 @@ from bot.context import Context
 from bot.handlers.installations import remember_installation, remember_repository
 from bot.models import Job, JobState, Plan
 from bot.plans import active_plan, add_job, advance, start_plan
-from bot.queue import RUN_JOB
+from bot.queue import CLEANUP, RUN_JOB
 from bot.render import config_error
 from bot.repo_config import RepoConfigError, fetch_repo_config, load_repo_config
 from bot.router import Router
@@ -67,17 +67,18 @@ def issue_gone(ctx: Context, payload: dict[str, Any]) -> None:
         return
     reason = f"issue {payload['action']}"
     if advance(ctx.session, plan, Event.ISSUE_CLOSED, actor=_login(payload), reason=reason):
-        cancel_jobs(ctx, plan)
+        stop_plan_work(ctx, plan)
         if payload["action"] == "closed":
             ctx.publish_status(plan.installation_id, repo["full_name"], plan.id)
 
 
-def cancel_jobs(ctx: Context, plan: Plan) -> None:
-    """Mark the plan's unfinished jobs cancelled; a running agent sees it and stops."""
+def stop_plan_work(ctx: Context, plan: Plan) -> None:
+    """Cancel the plan's unfinished jobs (a running agent sees it and stops) and clean up."""
     for job in ctx.session.query(Job).filter(
         Job.plan_id == plan.id, Job.state.in_([JobState.QUEUED, JobState.RUNNING])
     ):
         job.state = JobState.CANCELLED
+    ctx.enqueue(CLEANUP, plan_id=plan.id)
 
 
 def _login(payload: dict[str, Any]) -> str:

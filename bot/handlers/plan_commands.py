@@ -6,11 +6,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
 from bot.commands import Command, render_help
 from bot.context import Context
 from bot.github import RepoClient
-from bot.handlers.issues import cancel_jobs
-from bot.models import Approval, Plan, PlanState
+from bot.handlers.issues import stop_plan_work
+from bot.models import Approval, CheckResult, Plan, PlanState, utcnow
 from bot.plans import active_plan, add_job, advance, latest_plan
 from bot.queue import RUN_JOB
 from bot.render import refusal, status_reply
@@ -64,11 +67,16 @@ class Request:
     def plan(self) -> Plan | None:
         return active_plan(self.ctx.session, self.repository_id, self.issue_number)
 
+    def latest_plan(self) -> Plan | None:
+        return latest_plan(self.ctx.session, self.repository_id, self.issue_number)
+
 
 Action = Callable[[Request, Command, Plan], str | None]
 _ACTIONS: dict[str, Action] = {}
 # Commands that act on the issue itself rather than on an active plan.
 _GENERAL = {"help", "status"}
+# Commands that bring an ended plan back.
+_REVIVING = {"retry", "thaw"}
 
 
 def action(name: str) -> Callable[[Action], Action]:
@@ -88,7 +96,7 @@ def run(request: Request, command: Command) -> None:
     if act is None:
         request.refuse(command.raw, f"`/{command.name}` is not available in this gaffer yet.")
         return
-    plan = request.plan()
+    plan = request.plan() if command.name not in _REVIVING else request.latest_plan()
     if plan is None:
         request.refuse(command.raw, "This issue has no active gaffer plan.")
         return
@@ -152,24 +160,109 @@ def approve_plan(request: Request, command: Command, plan: Plan) -> str | None:
 
 @action("approve-diff")
 def approve_diff(request: Request, command: Command, plan: Plan) -> str | None:
-    """Approve the verified head of the plan branch (bound to its SHA)."""
-    if plan.state != PlanState.IN_REVIEW:
+    """Approve the verified head of the plan branch, bound to its SHA."""
+    problem = diff_approval_problem(request, plan, command.args.get("sha"))
+    if problem:
+        return problem
+    request.ctx.session.add(
+        Approval(
+            plan_id=plan.id,
+            kind="diff",
+            sha=plan.head_sha,
+            approver=request.actor,
+            comment_id=request.comment_id,
+        )
+    )
+    _queue(request, plan, "open_pr", f"open_pr:{plan.head_sha}")
+    return None
+
+
+def diff_approval_problem(request: Request, plan: Plan, sha: str | None) -> str | None:
+    """Say why the plan's diff cannot be approved now, or None when it can."""
+    if plan.state != PlanState.IN_REVIEW or not plan.head_sha:
         return (
             f"The diff is not ready for approval: the plan is `{plan.state.value}`. "
             "`/approve-diff` applies once the checks have run and the plan is `in_review`."
         )
-    return "Opening pull requests is not available in this gaffer yet."
+    if sha and not plan.head_sha.startswith(sha.lower()):
+        return f"`{sha}` is not the verified head; the current head is `{plan.head_sha}`."
+    if request.config.require_green and not checks_green(request.ctx.session, plan):
+        return "The checks on the head are not all green, and `require_green` is on."
+    author_may = bool(request.config.extra.get("allow_self_approval", False))
+    if request.actor.lower() == plan.issue_author.lower() and not author_may:
+        return "The issue's author may not approve its diff (`allow_self_approval` is off)."
+    return None
+
+
+def checks_green(session: Session, plan: Plan) -> bool:
+    """Tell whether every check on the plan's head succeeded (the diff check may be neutral)."""
+    results = session.scalars(
+        select(CheckResult).where(
+            CheckResult.plan_id == plan.id, CheckResult.head_sha == plan.head_sha
+        )
+    ).all()
+    return bool(results) and all(
+        r.conclusion == "success" or (r.name == "diff" and r.conclusion == "neutral")
+        for r in results
+    )
 
 
 @action("revise")
 def revise_plan(request: Request, command: Command, plan: Plan) -> str | None:
-    """Ask the agent for a new revision that answers the feedback."""
-    if plan.state != PlanState.DRAFT:
-        return _wrong_state(command, plan, PlanState.DRAFT)
+    """Ask the agent for a new plan revision, or for more work on the diff in review."""
     feedback = command.args["feedback"]
+    if plan.state == PlanState.IN_REVIEW:
+        return _rework(request, plan, feedback)
+    if plan.state != PlanState.DRAFT:
+        return _wrong_state(command, plan, PlanState.DRAFT, PlanState.IN_REVIEW)
     if not advance(request.ctx.session, plan, Event.REVISE, actor=request.actor, reason=feedback):
         return "The plan changed while this command was handled; read it again."
     _queue(request, plan, "revise", f"plan:r{plan.current_revision + 1}", feedback=feedback)
+    return None
+
+
+def _rework(request: Request, plan: Plan, feedback: str) -> str | None:
+    # New commits will follow, so every approval of the current diff is void now.
+    head = plan.head_sha
+    if not advance(
+        request.ctx.session, plan, Event.REVISE, actor=request.actor, reason=feedback, fix_rounds=0
+    ):
+        return "The plan changed while this command was handled; read it again."
+    void_diff_approvals(request.ctx.session, plan)
+    _queue(request, plan, "rework", f"rework:{head}:{request.comment_id}", feedback=feedback)
+    return None
+
+
+def void_diff_approvals(session: Session, plan: Plan) -> None:
+    """Void the plan's diff approvals: they bound a head that is about to change."""
+    session.execute(
+        update(Approval)
+        .where(Approval.plan_id == plan.id, Approval.kind == "diff", Approval.voided_at.is_(None))
+        .values(voided_at=utcnow())
+    )
+
+
+@action("retry")
+def retry_plan(request: Request, command: Command, plan: Plan) -> str | None:
+    """Start a failed plan again: its work from the approved plan, or its planning."""
+    session = request.ctx.session
+    if plan.approved_revision:
+        moved = advance(session, plan, Event.RETRY, actor=request.actor, fix_rounds=0)
+        stage, key = "execute", f"execute:r{plan.approved_revision}:{request.comment_id}"
+    else:
+        moved = advance(session, plan, Event.RETRY_PLAN, actor=request.actor)
+        stage, key = "plan", f"plan:r{plan.current_revision + 1}:{request.comment_id}"
+    if not moved:
+        return _wrong_state(command, plan, PlanState.FAILED)
+    _queue(request, plan, stage, key)
+    return None
+
+
+@action("thaw")
+def thaw_plan(request: Request, command: Command, plan: Plan) -> str | None:
+    """Bring an iced plan back as a draft."""
+    if not advance(request.ctx.session, plan, Event.THAW, actor=request.actor):
+        return _wrong_state(command, plan, PlanState.ICEBOX)
     return None
 
 
@@ -179,7 +272,7 @@ def reject_plan(request: Request, command: Command, plan: Plan) -> str | None:
     reason = command.args.get("reason") or None
     if not advance(request.ctx.session, plan, Event.REJECT, actor=request.actor, reason=reason):
         return _wrong_state(command, plan, PlanState.DRAFT, PlanState.IN_REVIEW)
-    cancel_jobs(request.ctx, plan)
+    stop_plan_work(request.ctx, plan)
     return None
 
 
@@ -188,7 +281,7 @@ def cancel_plan(request: Request, command: Command, plan: Plan) -> str | None:
     """Stop the plan wherever it is, killing a running agent."""
     if not advance(request.ctx.session, plan, Event.CANCEL, actor=request.actor):
         return f"`/cancel` does not apply to a plan that is `{plan.state.value}`."
-    cancel_jobs(request.ctx, plan)
+    stop_plan_work(request.ctx, plan)
     return None
 
 

@@ -105,6 +105,10 @@ def upgrade() -> None:
         sa.Column("current_revision", sa.Integer(), nullable=False),
         sa.Column("approved_revision", sa.Integer(), nullable=True),
         sa.Column("base_sha", sa.String(length=40), nullable=True),
+        sa.Column("branch", sa.String(length=250), nullable=True),
+        sa.Column("head_sha", sa.String(length=40), nullable=True),
+        sa.Column("fix_rounds", sa.Integer(), nullable=False),
+        sa.Column("pr_number", sa.Integer(), nullable=True),
         sa.Column("agent", sa.String(length=100), nullable=True),
         sa.Column("model", sa.String(length=200), nullable=True),
         sa.Column("status_comment_id", sa.BigInteger(), nullable=True),
@@ -153,6 +157,24 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("audit_events", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_audit_events_plan_id"), ["plan_id"], unique=False)
+
+    op.create_table(
+        "check_results",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("plan_id", sa.Integer(), nullable=False),
+        sa.Column("head_sha", sa.String(length=40), nullable=False),
+        sa.Column("name", sa.String(length=100), nullable=False),
+        sa.Column("conclusion", sa.String(length=20), nullable=True),
+        sa.Column("title", sa.Text(), nullable=True),
+        sa.Column("check_run_id", sa.BigInteger(), nullable=True),
+        sa.Column("html_url", sa.Text(), nullable=True),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.ForeignKeyConstraint(["plan_id"], ["plans.id"], ondelete="CASCADE"),
+        sa.PrimaryKeyConstraint("id"),
+        sa.UniqueConstraint("plan_id", "head_sha", "name"),
+    )
+    with op.batch_alter_table("check_results", schema=None) as batch_op:
+        batch_op.create_index(batch_op.f("ix_check_results_plan_id"), ["plan_id"], unique=False)
 
     op.create_table(
         "jobs",
@@ -214,6 +236,10 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f("ix_jobs_plan_id"))
 
     op.drop_table("jobs")
+    with op.batch_alter_table("check_results", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_check_results_plan_id"))
+
+    op.drop_table("check_results")
     with op.batch_alter_table("audit_events", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_audit_events_plan_id"))
 

@@ -1,0 +1,230 @@
+"""Carry out an approved plan: the agent works on its branch; gaffer commits, pushes, verifies."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from bot.github import RepoClient
+from bot.models import Job, JobState, Plan, PlanRevision, PlanState
+from bot.plans import advance
+from bot.repo_config import RepoConfig, fetch_repo_config
+from bot.states import Event
+from bot.status import publish_status
+from tasks.agents import AgentResult, load_agents, run_agent
+from tasks.context import WorkerContext
+from tasks.gitcmd import git
+from tasks.leases import finish, is_cancelled
+from tasks.planning import job_dir
+from tasks.prompts import IssueText, execute_prompt, fix_prompt
+from tasks.verification import verify
+from tasks.worktrees import (
+    WorktreePool,
+    create_branch,
+    ensure_mirror,
+    mirror_path,
+    push_branch,
+    resolve_ref,
+)
+
+
+class StopWork(Exception):
+    """The job cannot go on; the message is what the issue is told."""
+
+
+@dataclass
+class Workspace:
+    """Everything one execution job works with."""
+
+    wctx: WorkerContext
+    job: Job
+    plan: Plan
+    client: RepoClient
+    config: RepoConfig
+    issue: IssueText
+    plan_text: str
+    worktree: Path
+    mirror: Path
+    default_branch: str
+
+    @property
+    def dir(self) -> Path:
+        return job_dir(self.wctx, self.job)
+
+
+def branch_name(issue_number: int, title: str) -> str:
+    """Return the plan branch: gaffer/<issue>-<slug of the title>."""
+    slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:40].strip("-")
+    return f"gaffer/{issue_number}-{slug or 'plan'}"
+
+
+def run_execution(wctx: WorkerContext, job: Job) -> None:
+    """Run the execute (or rework) stage of a plan through verification."""
+    plan = _start(wctx, job)
+    if plan is None:
+        return
+    client = wctx.client(plan.installation_id, plan.repository.full_name)
+    publish_status(wctx.db, client, plan.id)
+    key = f"plan-{plan.id}"
+    pool: WorktreePool | None = None
+    try:
+        config = fetch_repo_config(client, wctx.setting("defaults", None))
+        pool = _pool(wctx, plan)
+        _work_and_verify(
+            _prepare(wctx, job, plan, client, config, pool.acquire(key, plan.base_sha or ""))
+        )
+        finish(wctx.db, job.id, wctx.worker_id, JobState.DONE)
+    except StopWork as stop:
+        _fail(wctx, job, plan.id, str(stop))
+    except Exception as error:  # noqa: BLE001 - any fault fails the job by policy, said on the issue
+        _fail(wctx, job, plan.id, f"{type(error).__name__}: {error}")
+    finally:
+        if pool is not None:
+            pool.release(key)
+        publish_status(wctx.db, client, plan.id)
+
+
+def _start(wctx: WorkerContext, job: Job) -> Plan | None:
+    with wctx.db.session() as session:
+        plan = session.get_one(Plan, job.plan_id)
+        # A resumed job finds its plan already executing; anything else has moved on.
+        if plan.state == PlanState.APPROVED:
+            advance(session, plan, Event.WORK_STARTED, actor="gaffer")
+        if plan.state == PlanState.EXECUTING:
+            return plan
+    finish(wctx.db, job.id, wctx.worker_id, JobState.CANCELLED, "the plan is not executing")
+    return None
+
+
+def _pool(wctx: WorkerContext, plan: Plan) -> WorktreePool:
+    token = wctx.github_app.token(plan.installation_id)
+    mirror = ensure_mirror(wctx.settings.home, plan.repository.full_name, plan.clone_url, token)
+    size = int(wctx.setting("worktree_pool_size", 3))
+    return WorktreePool(wctx.settings.home, plan.repository.full_name, mirror, size=size)
+
+
+def _prepare(
+    wctx: WorkerContext,
+    job: Job,
+    plan: Plan,
+    client: RepoClient,
+    config: RepoConfig,
+    worktree: Path,
+) -> Workspace:
+    mirror = mirror_path(wctx.settings.home, plan.repository.full_name)
+    branch = plan.branch or branch_name(plan.issue_number, plan.issue_title)
+    # The pushed branch is the truth: a resumed or revised plan continues from it.
+    start = _pushed_head(mirror, branch) or plan.base_sha or ""
+    create_branch(worktree, branch, start)
+    _save(wctx, plan.id, branch=branch)
+    issue, comments = client.issue_thread(plan.issue_number)
+    plan.branch = branch
+    return Workspace(
+        wctx,
+        job,
+        plan,
+        client,
+        config,
+        IssueText(plan.issue_number, issue.title or "", issue.body or "", comments),
+        _approved_text(wctx, plan),
+        worktree,
+        mirror,
+        client.repo.default_branch,
+    )
+
+
+def _pushed_head(mirror: Path, branch: str) -> str | None:
+    try:
+        return resolve_ref(mirror, branch)
+    except Exception:
+        return None
+
+
+def _approved_text(wctx: WorkerContext, plan: Plan) -> str:
+    with wctx.db.session() as session:
+        revision = (
+            session.query(PlanRevision)
+            .filter_by(plan_id=plan.id, number=plan.approved_revision)
+            .one()
+        )
+        return revision.body
+
+
+def _work_and_verify(space: Workspace) -> None:
+    prompt = execute_prompt(space.issue, space.plan_text, feedback=space.job.feedback)
+    _agent(space, space.job.stage if space.job.stage == "rework" else "execute", prompt)
+    head = _commit_and_push(space)
+    while True:
+        _moved(space, Event.WORK_DONE, head_sha=head)
+        verdict = verify(space, head)
+        if verdict.green:
+            _moved(space, Event.CHECKS_PASSED)
+            return
+        if space.plan.fix_rounds >= space.config.max_retries:
+            _moved(space, Event.CHECKS_FAILED_FINAL, last_error=verdict.failure_summary)
+            return
+        _moved(space, Event.CHECKS_FAILED_RETRY, fix_rounds=space.plan.fix_rounds + 1)
+        _agent(space, "fix", fix_prompt(space.issue, space.plan_text, verdict.failures))
+        head = _commit_and_push(space)
+
+
+def _agent(space: Workspace, stage: str, prompt: str) -> AgentResult:
+    wctx, plan = space.wctx, space.plan
+    spec = load_agents(wctx.setting("agents", None))[plan.agent or wctx.settings.default_agent]
+    result = run_agent(
+        spec,
+        stage=stage,
+        prompt=prompt,
+        workdir=space.worktree,
+        job_dir=space.dir,
+        model=plan.model,
+        timeout_s=float(wctx.setting("agent_timeout_s", 3600)),
+        idle_timeout_s=float(wctx.setting("agent_idle_timeout_s", 600)),
+        source_env=os.environ,
+        should_stop=lambda: is_cancelled(wctx.db, space.job.id),
+    )
+    if result.run.stopped:
+        raise StopWork("stopped: the plan was cancelled")
+    if not result.ok:
+        raise StopWork(result.error or "the agent failed")
+    return result
+
+
+def _commit_and_push(space: Workspace) -> str:
+    worktree, plan = space.worktree, space.plan
+    if git(["status", "--porcelain"], cwd=worktree):
+        git(["add", "--all"], cwd=worktree)
+        message = (
+            f"gaffer: {plan.issue_title}\n\nPlan #{plan.id}, revision r{plan.approved_revision}."
+        )
+        git(["commit", "--quiet", "--no-verify", "-m", message], cwd=worktree)
+    branch = plan.branch or ""
+    if space.client.branch_protected(branch):
+        raise StopWork(f"gaffer never pushes to the protected branch {branch!r}")
+    token = space.wctx.github_app.token(plan.installation_id)
+    return push_branch(worktree, branch, plan.clone_url, token, set(), space.default_branch)
+
+
+def _moved(space: Workspace, event: Event, **changes: object) -> None:
+    with space.wctx.db.session() as session:
+        plan = session.get_one(Plan, space.plan.id, populate_existing=True)
+        if not advance(session, plan, event, actor="gaffer", **changes):
+            raise StopWork(f"the plan is {plan.state.value}; stopping")
+        space.plan = plan
+    publish_status(space.wctx.db, space.client, space.plan.id)
+
+
+def _save(wctx: WorkerContext, plan_id: int, **values: object) -> None:
+    with wctx.db.session() as session:
+        plan = session.get_one(Plan, plan_id)
+        for name, value in values.items():
+            setattr(plan, name, value)
+
+
+def _fail(wctx: WorkerContext, job: Job, plan_id: int, error: str) -> None:
+    finish(wctx.db, job.id, wctx.worker_id, JobState.FAILED, error)
+    with wctx.db.session() as session:
+        plan = session.get_one(Plan, plan_id, populate_existing=True)
+        advance(session, plan, Event.WORK_FAILED, actor="gaffer", reason=error, last_error=error)

@@ -1,0 +1,121 @@
+"""Open the pull request from exactly the approved SHA, after checking everything again."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from bot.github import RepoClient
+from bot.models import Approval, CheckResult, Job, JobState, Plan, PlanRevision, PlanState
+from bot.permissions import may_approve
+from bot.plans import advance
+from bot.repo_config import fetch_repo_config
+from bot.states import Event
+from bot.status import publish_status
+from tasks.context import WorkerContext
+from tasks.leases import finish
+
+
+class NoPullRequest(Exception):
+    """The approval no longer holds; the message is the reply on the issue."""
+
+
+def open_pull_request(wctx: WorkerContext, job: Job) -> None:
+    """Open (or find) the plan's PR if its diff approval still holds."""
+    with wctx.db.session() as session:
+        plan = session.get_one(Plan, job.plan_id)
+        approval = _live_approval(session, plan)
+    client = wctx.client(plan.installation_id, plan.repository.full_name)
+    try:
+        _recheck(wctx, client, plan, approval)
+        number, head = client.open_pull(
+            plan.branch or "",
+            client.repo.default_branch,
+            pull_title(plan),
+            _body(wctx, client, plan),
+        )
+        if approval is not None and head != approval.sha:
+            client.close_pull(number)
+            raise NoPullRequest(f"the branch moved to `{head}` while the PR was being opened.")
+    except NoPullRequest as refusal:
+        client.reply(plan.issue_number, f"No pull request was opened: {refusal}")
+        finish(wctx.db, job.id, wctx.worker_id, JobState.CANCELLED, str(refusal))
+        return
+    with wctx.db.session() as session:
+        plan = session.get_one(Plan, plan.id, populate_existing=True)
+        advance(
+            session,
+            plan,
+            Event.APPROVE_DIFF,
+            actor=approval.approver if approval else "gaffer",
+            reason=f"PR #{number} from {head}",
+            pr_number=number,
+        )
+    finish(wctx.db, job.id, wctx.worker_id, JobState.DONE)
+    publish_status(wctx.db, client, plan.id)
+
+
+def pull_title(plan: Plan) -> str:
+    """Return the PR title: the issue's title and number."""
+    return f"{plan.issue_title} (#{plan.issue_number})"
+
+
+def _live_approval(session: Session, plan: Plan) -> Approval | None:
+    return session.scalars(
+        select(Approval)
+        .where(
+            Approval.plan_id == plan.id,
+            Approval.kind == "diff",
+            Approval.voided_at.is_(None),
+            Approval.sha == plan.head_sha,
+        )
+        .order_by(Approval.id.desc())
+    ).first()
+
+
+def _recheck(
+    wctx: WorkerContext, client: RepoClient, plan: Plan, approval: Approval | None
+) -> None:
+    if plan.state != PlanState.IN_REVIEW or approval is None:
+        raise NoPullRequest(f"the plan is `{plan.state.value}` and no diff approval stands.")
+    issue = client.issue(plan.issue_number)
+    if issue.state != "open" or issue.locked:
+        raise NoPullRequest("the issue is closed or locked.")
+    head = client.branch_sha(plan.branch or "")
+    if head != approval.sha:
+        raise NoPullRequest(
+            f"the branch `{plan.branch}` moved to `{head}` after `{approval.sha}` was approved. "
+            "Review the new head and approve it."
+        )
+    config = fetch_repo_config(client, wctx.setting("defaults", None))
+    if not may_approve(client, approval.approver, config):
+        raise NoPullRequest(f"@{approval.approver} no longer has write access.")
+
+
+def _body(wctx: WorkerContext, client: RepoClient, plan: Plan) -> str:
+    with wctx.db.session() as session:
+        plan_text = session.scalars(
+            select(PlanRevision.body).where(
+                PlanRevision.plan_id == plan.id, PlanRevision.number == plan.approved_revision
+            )
+        ).one()
+        checks = session.scalars(
+            select(CheckResult).where(
+                CheckResult.plan_id == plan.id, CheckResult.head_sha == plan.head_sha
+            )
+        ).all()
+    lines = [f"Closes #{plan.issue_number}", ""]
+    template = client.pull_request_template()
+    if template:
+        lines += [template.strip(), ""]
+    lines += [
+        f"<details><summary>The approved plan (r{plan.approved_revision})</summary>\n",
+        plan_text,
+        "\n</details>",
+        "",
+        f"Head: `{plan.head_sha}`",
+        "",
+        "Checks:",
+    ]
+    lines += [f"- gaffer/{c.name}: {c.conclusion} — {c.title or ''}" for c in checks]
+    return "\n".join(lines)

@@ -1,0 +1,129 @@
+"""Verify a pushed head: run the repository's checks and the diff check as GitHub check runs."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from sqlalchemy import select
+
+from bot.models import CheckResult
+from tasks.checkruns import CheckOutput, check_output, check_run_name, external_id
+from tasks.diffcheck import analyse, changed_files, plan_scope
+from tasks.runner import run_process, sandbox_env
+
+if TYPE_CHECKING:
+    from tasks.execution import Workspace
+
+
+@dataclass
+class Verdict:
+    """The checks' outcome on one head: green, or which failed and their logs."""
+
+    failures: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def green(self) -> bool:
+        return not self.failures
+
+    @property
+    def failure_summary(self) -> str:
+        names = ", ".join(f"`{name}`" for name, _log in self.failures)
+        return f"checks failed on the last attempt: {names}"
+
+
+def verify(space: Workspace, head_sha: str) -> Verdict:
+    """Run each configured check and the diff check on head_sha; post each as a check run."""
+    verdict = Verdict()
+    for check in space.config.checks:
+        output, log = _run_check(space, head_sha, check.name, check.run, check.timeout)
+        if output.conclusion != "success":
+            verdict.failures.append((check.name, log))
+    diff = _diff_check(space, head_sha)
+    if diff.conclusion == "failure":
+        verdict.failures.append(("diff", diff.summary))
+    return verdict
+
+
+def _run_check(
+    space: Workspace, head_sha: str, name: str, command: str, timeout: int
+) -> tuple[CheckOutput, str]:
+    ext = external_id(space.plan.id, name, head_sha)
+    ref = space.client.check_run(
+        head_sha, check_run_name(name), ext, status="in_progress", started_at=datetime.now(UTC)
+    )
+    home = space.dir / f"check-{name}-home"
+    run = run_process(
+        ["bash", "-c", command],
+        cwd=space.worktree,
+        env=sandbox_env(allow=(), source=os.environ, home=home),
+        log_path=space.dir / f"check-{name}.log",
+        timeout_s=float(timeout),
+        should_stop=None,
+    )
+    output = check_output(
+        name,
+        returncode=run.returncode,
+        timed_out=run.timed_out,
+        output=run.output,
+        duration_s=run.duration_s,
+    )
+    _complete(space, head_sha, name, ext, output, ref.id)
+    return output, run.output
+
+
+def _diff_check(space: Workspace, head_sha: str) -> CheckOutput:
+    name = "diff"
+    ext = external_id(space.plan.id, name, head_sha)
+    report = analyse(
+        changed_files(space.worktree, space.plan.base_sha or "", head_sha),
+        scope=plan_scope(space.plan_text),
+        protected_paths=list(space.config.protected_paths),
+    )
+    output = CheckOutput(
+        conclusion=report.conclusion, title=report.title, summary=report.summary, text=""
+    )
+    _complete(space, head_sha, name, ext, output, None)
+    return output
+
+
+def _complete(
+    space: Workspace,
+    head_sha: str,
+    name: str,
+    ext: str,
+    output: CheckOutput,
+    check_run_id: int | None,
+) -> None:
+    fields = {"title": output.title, "summary": output.summary}
+    if output.text:
+        fields["text"] = output.text
+    ref = space.client.check_run(
+        head_sha,
+        check_run_name(name),
+        ext,
+        status="completed",
+        conclusion=output.conclusion,
+        completed_at=datetime.now(UTC),
+        output=fields,
+    )
+    _record(space, head_sha, name, output, ref.id, ref.html_url)
+
+
+def _record(
+    space: Workspace, head_sha: str, name: str, output: CheckOutput, run_id: int, url: str
+) -> None:
+    with space.wctx.db.session() as session:
+        row = session.scalars(
+            select(CheckResult).filter_by(plan_id=space.plan.id, head_sha=head_sha, name=name)
+        ).one_or_none()
+        row = row or CheckResult(plan_id=space.plan.id, head_sha=head_sha, name=name)
+        row.conclusion, row.title, row.check_run_id, row.html_url = (
+            output.conclusion,
+            output.title,
+            run_id,
+            url,
+        )
+        session.add(row)
