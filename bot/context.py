@@ -22,9 +22,9 @@ class Context:
     settings: Settings
     github: Callable[[int, str], RepoClient]
     send_task: Callable[..., None]
-    effects: list[Callable[[], None]] = field(default_factory=list)
+    effects: list[Callable[[], object]] = field(default_factory=list)
 
-    def after_commit(self, effect: Callable[[], None]) -> None:
+    def after_commit(self, effect: Callable[[], object]) -> None:
         """Run effect once the transaction has committed (GitHub calls, enqueues)."""
         self.effects.append(effect)
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import create_engine, event
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import CursorResult, Engine
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.sql.expression import Executable
 
 
 class Database:
@@ -49,3 +50,9 @@ def _sqlite_pragmas(connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA busy_timeout=30000")
     cursor.close()
+
+
+def rows_changed(session: Session, statement: Executable) -> int:
+    """Execute an UPDATE or DELETE and return how many rows it changed."""
+    result = cast(CursorResult[Any], session.execute(statement))
+    return int(result.rowcount)

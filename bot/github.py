@@ -39,7 +39,7 @@ class GitHubApp:
         self._retry = GithubRetry(total=retries, backoff_factor=0.5)
         # PyGithub paces requests to stay clear of secondary rate limits; tests set 0.
         config = settings.server_config
-        self._pace = {
+        self._pace: dict[str, Any] = {
             "seconds_between_requests": float(config.get("github_seconds_between_requests", 0.25)),
             "seconds_between_writes": float(config.get("github_seconds_between_writes", 1.0)),
         }

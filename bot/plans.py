@@ -8,6 +8,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from bot.db import rows_changed
 from bot.models import AuditEvent, Job, Plan, PlanState
 from bot.states import TERMINAL, Event, next_state
 
@@ -35,12 +36,13 @@ def advance(
         values["active_key"] = None
     elif plan.state in TERMINAL:
         values["active_key"] = active_key(plan.repository_id, plan.issue_number)
-    moved = session.execute(
+    moved = rows_changed(
+        session,
         update(Plan)
         .where(Plan.id == plan.id, Plan.version == plan.version)
         .values(**values)
-        .execution_options(synchronize_session=False)
-    ).rowcount
+        .execution_options(synchronize_session=False),
+    )
     if moved != 1:
         return False
     session.add(

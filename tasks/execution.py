@@ -6,6 +6,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bot.github import RepoClient
 from bot.models import Job, JobState, Plan, PlanRevision, PlanState
@@ -207,7 +208,7 @@ def _commit_and_push(space: Workspace) -> str:
     return push_branch(worktree, branch, plan.clone_url, token, set(), space.default_branch)
 
 
-def _moved(space: Workspace, event: Event, **changes: object) -> None:
+def _moved(space: Workspace, event: Event, **changes: Any) -> None:
     with space.wctx.db.session() as session:
         plan = session.get_one(Plan, space.plan.id, populate_existing=True)
         if not advance(session, plan, event, actor="gaffer", **changes):
@@ -216,7 +217,7 @@ def _moved(space: Workspace, event: Event, **changes: object) -> None:
     publish_status(space.wctx.db, space.client, space.plan.id)
 
 
-def _save(wctx: WorkerContext, plan_id: int, **values: object) -> None:
+def _save(wctx: WorkerContext, plan_id: int, **values: Any) -> None:
     with wctx.db.session() as session:
         plan = session.get_one(Plan, plan_id)
         for name, value in values.items():

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from sqlalchemy import and_, or_, update
 
-from bot.db import Database
+from bot.db import Database, rows_changed
 from bot.models import Job, JobState, utcnow
 
 LEASE = timedelta(seconds=60)
@@ -17,7 +17,8 @@ def claim(db: Database, job_id: int, owner: str, lease: timedelta = LEASE) -> bo
     """Take the job if it is queued or its owner's lease ran out; return whether we did."""
     now = utcnow()
     with db.session() as session:
-        taken = session.execute(
+        taken = rows_changed(
+            session,
             update(Job)
             .where(
                 Job.id == job_id,
@@ -32,8 +33,8 @@ def claim(db: Database, job_id: int, owner: str, lease: timedelta = LEASE) -> bo
                 lease_expires_at=now + lease,
                 attempts=Job.attempts + 1,
                 started_at=now,
-            )
-        ).rowcount
+            ),
+        )
     return taken == 1
 
 
@@ -45,7 +46,7 @@ def renew(db: Database, job_id: int, owner: str, lease: timedelta = LEASE) -> bo
                 update(Job)
                 .where(Job.id == job_id, Job.lease_owner == owner, Job.state == JobState.RUNNING)
                 .values(lease_expires_at=utcnow() + lease)
-            ).rowcount
+            )
             == 1
         )
 
@@ -60,7 +61,7 @@ def finish(
                 update(Job)
                 .where(Job.id == job_id, Job.lease_owner == owner, Job.state == JobState.RUNNING)
                 .values(state=state, error=error, finished_at=utcnow(), lease_expires_at=None)
-            ).rowcount
+            )
             == 1
         )
 

@@ -19,7 +19,9 @@ from bot.settings import Settings
 from tests.conftest_git import make_origin
 from tests.support import WEBHOOK_SECRET, Backend
 
-PG_ADMIN_URL = os.environ.get("GAFFER_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+PG_ADMIN_URL = os.environ.get(
+    "GAFFER_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
 REDIS_URL = os.environ.get("GAFFER_TEST_REDIS", "redis://127.0.0.1:6379")
 # Machines without PostgreSQL and Redis may run only the embedded half; CI never does.
 BACKENDS = os.environ.get("GAFFER_TEST_BACKENDS", "embedded,services").split(",")
@@ -85,11 +87,11 @@ def settings(backend: Backend, tmp_path: Path, private_key: str) -> Settings:
 
 
 @pytest.fixture
-def make_app():  # type: ignore[no-untyped-def]
+def make_app():
     """Build web apps from settings, and close their connections afterwards."""
     made = []
 
-    def make(settings: Settings):  # type: ignore[no-untyped-def]
+    def make(settings: Settings):
         made.append(create_app(settings, TESTING=True))
         return made[-1]
 
@@ -100,12 +102,12 @@ def make_app():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def app(make_app, settings: Settings):  # type: ignore[no-untyped-def]
+def app(make_app, settings: Settings):
     return make_app(settings)
 
 
 @pytest.fixture
-def client(app):  # type: ignore[no-untyped-def]
+def client(app):
     return app.test_client()
 
 
@@ -116,7 +118,7 @@ def origin(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def github(origin: Path):  # type: ignore[no-untyped-def]
+def github(origin: Path):
     """The GitHub double, holding one repository whose origin is a real bare repo."""
     from tests.github_double.app import create_github_double
 
@@ -129,7 +131,7 @@ def github(origin: Path):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def github_http(github):  # type: ignore[no-untyped-def]
+def github_http(github):
     """Serve the double to code in this process through `responses`."""
     from tests.github_double.transports import mock_with_responses
 
@@ -140,7 +142,7 @@ def github_http(github):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def github_server(github):  # type: ignore[no-untyped-def]
+def github_server(github):
     """Serve the double on loopback, for worker processes."""
     from tests.github_double.transports import serve_on_loopback
 
@@ -161,7 +163,7 @@ def server_config(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def worker(settings: Settings, github_server: str, server_config: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
+def worker(settings: Settings, github_server: str, server_config: Path, tmp_path: Path):
     """A real Celery worker process on both queues, talking to the double over HTTP."""
     from tests.support import WorkerProcess
 
@@ -182,7 +184,7 @@ def worker(settings: Settings, github_server: str, server_config: Path, tmp_path
 
 
 @pytest.fixture
-def wctx(settings: Settings, app, github_http, server_config: Path):  # type: ignore[no-untyped-def]
+def wctx(settings: Settings, app, github_http, server_config: Path):
     """The worker's context, in this process, with GitHub served through `responses`."""
     import dataclasses
 

@@ -48,8 +48,16 @@ def sign(body: bytes, secret: str = WEBHOOK_SECRET) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
-def deliver(client: Any, event: str, payload: dict[str, Any], *, delivery_id: str | None = None,
-            secret: str = WEBHOOK_SECRET, hook_id: str = "4242", **headers: str) -> Any:
+def deliver(
+    client: Any,
+    event: str,
+    payload: dict[str, Any],
+    *,
+    delivery_id: str | None = None,
+    secret: str = WEBHOOK_SECRET,
+    hook_id: str = "4242",
+    **headers: str,
+) -> Any:
     """POST a signed delivery to the receiver the way GitHub does."""
     body = json.dumps(payload).encode()
     return client.post(
@@ -70,40 +78,94 @@ def deliver(client: Any, event: str, payload: dict[str, Any], *, delivery_id: st
 
 
 def user(login: str, kind: str = "User") -> dict[str, Any]:
-    return {"login": login, "id": abs(hash(login)) % 10**7, "type": kind,
-            "html_url": f"https://github.test/{login}"}
+    return {
+        "login": login,
+        "id": abs(hash(login)) % 10**7,
+        "type": kind,
+        "html_url": f"https://github.test/{login}",
+    }
 
 
 def repository(full_name: str, clone_url: str, repo_id: int = 1296269) -> dict[str, Any]:
     owner, name = full_name.split("/")
-    return {"id": repo_id, "name": name, "full_name": full_name, "private": False,
-            "owner": user(owner, "Organization"), "clone_url": clone_url,
-            "default_branch": "main", "html_url": f"https://github.test/{full_name}"}
+    return {
+        "id": repo_id,
+        "name": name,
+        "full_name": full_name,
+        "private": False,
+        "owner": user(owner, "Organization"),
+        "clone_url": clone_url,
+        "default_branch": "main",
+        "html_url": f"https://github.test/{full_name}",
+    }
 
 
-def issue(number: int, *, title: str = "Widgets overflow", body: str = "They do.",
-          author: str = "reporter", state: str = "open") -> dict[str, Any]:
-    return {"id": 1000 + number, "number": number, "title": title, "body": body,
-            "state": state, "locked": False, "user": user(author), "labels": [],
-            "author_association": "CONTRIBUTOR"}
+def issue(
+    number: int,
+    *,
+    title: str = "Widgets overflow",
+    body: str = "They do.",
+    author: str = "reporter",
+    state: str = "open",
+) -> dict[str, Any]:
+    return {
+        "id": 1000 + number,
+        "number": number,
+        "title": title,
+        "body": body,
+        "state": state,
+        "locked": False,
+        "user": user(author),
+        "labels": [],
+        "author_association": "CONTRIBUTOR",
+    }
 
 
-def labeled(repo: dict[str, Any], issue_: dict[str, Any], label: str = "gaffer",
-            installation_id: int = 77, sender: str = "triager") -> dict[str, Any]:
+def labeled(
+    repo: dict[str, Any],
+    issue_: dict[str, Any],
+    label: str = "gaffer",
+    installation_id: int = 77,
+    sender: str = "triager",
+) -> dict[str, Any]:
     """An `issues.labeled` payload."""
-    return {"action": "labeled", "issue": issue_, "label": {"id": 1, "name": label},
-            "repository": repo, "sender": user(sender),
-            "installation": {"id": installation_id, "node_id": "MDIz"}}
+    return {
+        "action": "labeled",
+        "issue": issue_,
+        "label": {"id": 1, "name": label},
+        "repository": repo,
+        "sender": user(sender),
+        "installation": {"id": installation_id, "node_id": "MDIz"},
+    }
 
 
-def commented(repo: dict[str, Any], issue_: dict[str, Any], body: str, *, login: str,
-              comment_id: int | None = None, installation_id: int = 77,
-              action: str = "created", kind: str = "User") -> dict[str, Any]:
+def commented(
+    repo: dict[str, Any],
+    issue_: dict[str, Any],
+    body: str,
+    *,
+    login: str,
+    comment_id: int | None = None,
+    installation_id: int = 77,
+    action: str = "created",
+    kind: str = "User",
+) -> dict[str, Any]:
     """An `issue_comment` payload."""
-    comment = {"id": comment_id or next(_ids), "body": body, "user": user(login, kind),
-               "author_association": "CONTRIBUTOR", "performed_via_github_app": None}
-    return {"action": action, "issue": issue_, "comment": comment, "repository": repo,
-            "sender": user(login, kind), "installation": {"id": installation_id}}
+    comment = {
+        "id": comment_id or next(_ids),
+        "body": body,
+        "user": user(login, kind),
+        "author_association": "CONTRIBUTOR",
+        "performed_via_github_app": None,
+    }
+    return {
+        "action": action,
+        "issue": issue_,
+        "comment": comment,
+        "repository": repo,
+        "sender": user(login, kind),
+        "installation": {"id": installation_id},
+    }
 
 
 def wait_for(condition: Callable[[], Any], *, timeout: float = 60, what: str = "condition") -> Any:
@@ -125,11 +187,16 @@ class WorkerProcess:
     log_path: Path
 
     @classmethod
-    def start(cls, env: dict[str, str], log_path: Path, queues: str = "github,agent") -> WorkerProcess:
+    def start(
+        cls, env: dict[str, str], log_path: Path, queues: str = "github,agent"
+    ) -> WorkerProcess:
         with log_path.open("wb") as log:  # the child keeps its own descriptor
             process = subprocess.Popen(
                 [sys.executable, "-m", "tasks.worker", queues, "--concurrency", "3"],
-                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         worker = cls(process, log_path)
         wait_for(worker.ready, timeout=60, what=f"the worker to start (log: {log_path})")

@@ -5,7 +5,7 @@ from sqlalchemy import create_engine
 
 from bot.models import Base
 
-url = context.config.get_main_option("sqlalchemy.url")
+url = context.config.get_main_option("sqlalchemy.url") or ""
 if context.is_offline_mode():
     context.configure(url=url, target_metadata=Base.metadata, literal_binds=True)
     with context.begin_transaction():

@@ -17,12 +17,12 @@ TITLE = "Widgets overflow the sidebar"
 
 
 @pytest.fixture
-def thread(github, origin: Path):  # type: ignore[no-untyped-def]
+def thread(github, origin: Path):
     github.add_issue(REPO, 1, title=TITLE, body="The sidebar clips long names.", author="reporter")
     return repository(REPO, str(origin), repo_id=github.repo_id(REPO)), issue(1, title=TITLE)
 
 
-def handle(wctx, client, event: str, payload: dict, delivery_id: str | None = None) -> None:  # type: ignore[no-untyped-def]
+def handle(wctx, client, event: str, payload: dict, delivery_id: str | None = None) -> None:
     """Receive a delivery and process it here, as the worker would."""
     deliver(client, event, payload, delivery_id=delivery_id)
     with wctx.db.session() as session:
@@ -31,7 +31,7 @@ def handle(wctx, client, event: str, payload: dict, delivery_id: str | None = No
         process_delivery(wctx, delivery_id=delivery_id_)
 
 
-def run_queued_jobs(wctx) -> None:  # type: ignore[no-untyped-def]
+def run_queued_jobs(wctx) -> None:
     with wctx.db.session() as session:
         ids = session.scalars(select(Job.id).where(Job.state == "queued", Job.stage != "execute"))
         ids = list(ids)
@@ -39,14 +39,14 @@ def run_queued_jobs(wctx) -> None:  # type: ignore[no-untyped-def]
         run_job(wctx, job_id=job_id)
 
 
-def the_plan(wctx) -> Plan:  # type: ignore[no-untyped-def]
+def the_plan(wctx) -> Plan:
     with wctx.db.session() as session:
         [plan] = session.scalars(select(Plan)).all()
         return plan
 
 
 @pytest.fixture
-def draft(wctx, client, github, thread) -> Plan:  # type: ignore[no-untyped-def]
+def draft(wctx, client, github, thread) -> Plan:
     """Issue #1 labeled and its first plan revision posted."""
     repo, issue_ = thread
     handle(wctx, client, "issues", labeled(repo, issue_, installation_id=INSTALLATION_ID))
@@ -56,34 +56,56 @@ def draft(wctx, client, github, thread) -> Plan:  # type: ignore[no-untyped-def]
     return plan
 
 
-def command(github, thread, body: str, login: str = "maintainer", **extra) -> dict:  # type: ignore[no-untyped-def]
+def command(github, thread, body: str, login: str = "maintainer", **extra) -> dict:
     repo, issue_ = thread
     comment = github.add_human_comment(REPO, 1, login=login, body=body)
-    return commented(repo, issue_, body, login=login, comment_id=comment["id"],
-                     installation_id=INSTALLATION_ID, **extra)
+    return commented(
+        repo,
+        issue_,
+        body,
+        login=login,
+        comment_id=comment["id"],
+        installation_id=INSTALLATION_ID,
+        **extra,
+    )
 
 
-def replies(github) -> list[str]:  # type: ignore[no-untyped-def]
+def replies(github) -> list[str]:
     return [c["body"] for c in github.comments(REPO, 1) if c["body"].startswith("> ")]
 
 
 REFUSED = [
-    pytest.param("/approved", "maintainer", "did you mean /approve", id="approved suggests approve"),
-    pytest.param("/approve once the tests pass", "maintainer", "Usage: /approve",
-                 id="approve with prose is refused"),
-    pytest.param("/approve\n/reject", "maintainer", "One command per comment",
-                 id="two commands are refused"),
-    pytest.param("/approve r7", "maintainer", "r7 is not the current plan",
-                 id="approving another revision is refused"),
+    pytest.param(
+        "/approved", "maintainer", "did you mean /approve", id="approved suggests approve"
+    ),
+    pytest.param(
+        "/approve once the tests pass",
+        "maintainer",
+        "Usage: /approve",
+        id="approve with prose is refused",
+    ),
+    pytest.param(
+        "/approve\n/reject", "maintainer", "One command per comment", id="two commands are refused"
+    ),
+    pytest.param(
+        "/approve r7",
+        "maintainer",
+        "r7 is not the current plan",
+        id="approving another revision is refused",
+    ),
     pytest.param("/approve", "reader", "needs write access", id="approve by a read-only user"),
     pytest.param("/approve", "stranger", "needs write access", id="approve by a non-collaborator"),
-    pytest.param("/approve-diff abc1234", "maintainer", "not ready",
-                 id="approve-diff before the diff exists is not ready"),
+    pytest.param(
+        "/approve-diff abc1234",
+        "maintainer",
+        "not ready",
+        id="approve-diff before the diff exists is not ready",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("body", "login", "reason"), REFUSED)
-def test_refused_commands_get_one_reply_and_change_nothing(  # type: ignore[no-untyped-def]
+def test_refused_commands_get_one_reply_and_change_nothing(
     wctx, client, github, thread, draft, body, login, reason
 ) -> None:
     payload = command(github, thread, body, login=login)
@@ -94,7 +116,9 @@ def test_refused_commands_get_one_reply_and_change_nothing(  # type: ignore[no-u
     assert github.reactions(payload["comment"]["id"]) == []
 
 
-def test_permission_lookup_failure_refuses_with_could_not_verify(wctx, client, github, thread, draft) -> None:  # type: ignore[no-untyped-def]
+def test_permission_lookup_failure_refuses_with_could_not_verify(
+    wctx, client, github, thread, draft
+) -> None:
     github.fail_next("GET", r"/collaborators/maintainer/permission", 500, times=10)
     handle(wctx, client, "issue_comment", command(github, thread, "/approve"))
     [reply] = replies(github)
@@ -102,7 +126,9 @@ def test_permission_lookup_failure_refuses_with_could_not_verify(wctx, client, g
     assert the_plan(wctx).state == PlanState.DRAFT
 
 
-def test_a_private_org_member_with_write_access_is_accepted(wctx, client, github, thread, draft) -> None:  # type: ignore[no-untyped-def]
+def test_a_private_org_member_with_write_access_is_accepted(
+    wctx, client, github, thread, draft
+) -> None:
     github.permissions[(REPO, "org-member")] = "write"
     payload = command(github, thread, "/approve", login="org-member")
     payload["comment"]["author_association"] = "CONTRIBUTOR"  # what GitHub misreports
@@ -121,7 +147,9 @@ def test_a_private_org_member_with_write_access_is_accepted(wctx, client, github
         pytest.param("/approve", {"kind": "Bot"}, id="a comment by a bot is ignored"),
     ],
 )
-def test_text_that_is_not_a_command_does_nothing(wctx, client, github, thread, draft, body, extra) -> None:  # type: ignore[no-untyped-def]
+def test_text_that_is_not_a_command_does_nothing(
+    wctx, client, github, thread, draft, body, extra
+) -> None:
     before = len(github.comments(REPO, 1))
     payload = command(github, thread, body, **extra)
     event = "issue_comment"
@@ -134,7 +162,7 @@ def test_text_that_is_not_a_command_does_nothing(wctx, client, github, thread, d
     assert the_plan(wctx).state == PlanState.DRAFT
 
 
-def test_two_deliveries_of_one_comment_act_once(wctx, client, github, thread, draft) -> None:  # type: ignore[no-untyped-def]
+def test_two_deliveries_of_one_comment_act_once(wctx, client, github, thread, draft) -> None:
     payload = command(github, thread, "/approve")
     handle(wctx, client, "issue_comment", payload, delivery_id="first")
     deliver(client, "issue_comment", payload, delivery_id="second", hook_id="9999")
@@ -144,7 +172,9 @@ def test_two_deliveries_of_one_comment_act_once(wctx, client, github, thread, dr
         assert session.query(Job).filter(Job.stage == "execute").count() == 1
 
 
-def test_revise_writes_a_new_revision_and_voids_nothing_approved(wctx, client, github, thread, draft) -> None:  # type: ignore[no-untyped-def]
+def test_revise_writes_a_new_revision_and_voids_nothing_approved(
+    wctx, client, github, thread, draft
+) -> None:
     handle(wctx, client, "issue_comment", command(github, thread, "/revise Keep the old CSS."))
     assert the_plan(wctx).state == PlanState.PLANNING
     run_queued_jobs(wctx)
@@ -156,24 +186,29 @@ def test_revise_writes_a_new_revision_and_voids_nothing_approved(wctx, client, g
     assert "r1 is not the current plan" in replies(github)[-1]
 
 
-def test_reject_ends_the_plan_and_the_label_says_so(wctx, client, github, thread, draft) -> None:  # type: ignore[no-untyped-def]
+def test_reject_ends_the_plan_and_the_label_says_so(wctx, client, github, thread, draft) -> None:
     handle(wctx, client, "issue_comment", command(github, thread, "/reject not now"))
     assert the_plan(wctx).state == PlanState.REJECTED
     assert github.issue_labels(REPO, 1) == ["gaffer: rejected"]
 
 
-def test_closing_the_issue_cancels_the_plan(wctx, client, github, thread, draft) -> None:  # type: ignore[no-untyped-def]
+def test_closing_the_issue_cancels_the_plan(wctx, client, github, thread, draft) -> None:
     repo, issue_ = thread
-    closed = {**labeled(repo, {**issue_, "state": "closed"}, installation_id=INSTALLATION_ID),
-              "action": "closed"}
+    closed = {
+        **labeled(repo, {**issue_, "state": "closed"}, installation_id=INSTALLATION_ID),
+        "action": "closed",
+    }
     handle(wctx, client, "issues", closed)
     assert the_plan(wctx).state == PlanState.CANCELLED
 
 
-def test_help_lists_every_command(wctx, client, github, thread, draft) -> None:  # type: ignore[no-untyped-def]
+def test_help_lists_every_command(wctx, client, github, thread, draft) -> None:
     from bot.commands import REGISTRY
 
     handle(wctx, client, "issue_comment", command(github, thread, "/help", login="stranger"))
-    [help_text] = [c["body"] for c in github.comments(REPO, 1) if "/approve-diff" in c["body"]
-                   and "gaffer:status" not in c["body"]]
+    [help_text] = [
+        c["body"]
+        for c in github.comments(REPO, 1)
+        if "/approve-diff" in c["body"] and "gaffer:status" not in c["body"]
+    ]
     assert all(f"/{spec.name}" in help_text for spec in REGISTRY)

@@ -16,55 +16,65 @@ from tests.support import commented, deliver, issue, labeled, repository, wait_f
 TITLE = "Widgets overflow the sidebar"
 
 
-def plans(app) -> list[Plan]:  # type: ignore[no-untyped-def]
+def plans(app) -> list[Plan]:
     with app.extensions["gaffer_db"].session() as session:
         return list(session.scalars(select(Plan)))
 
 
-def plan_in(app, state: PlanState) -> Plan | None:  # type: ignore[no-untyped-def]
+def plan_in(app, state: PlanState) -> Plan | None:
     found = plans(app)
     return found[0] if found and found[0].state == state else None
 
 
-def status_comments(github) -> list[dict]:  # type: ignore[no-untyped-def]
+def status_comments(github) -> list[dict]:
     return [c for c in github.comments(REPO, 1) if STATUS_MARKER in c["body"]]
 
 
 @pytest.fixture
-def thread(github, origin: Path):  # type: ignore[no-untyped-def]
+def thread(github, origin: Path):
     """Issue #1 on the double, and the payload pieces that describe it."""
     github.add_issue(REPO, 1, title=TITLE, body="The sidebar clips long names.", author="reporter")
     return repository(REPO, str(origin), repo_id=github.repo_id(REPO)), issue(1, title=TITLE)
 
 
-def human_command(github, thread, body: str, login: str) -> dict:  # type: ignore[no-untyped-def]
+def human_command(github, thread, body: str, login: str) -> dict:
     """Post a person's comment on the double and return the webhook payload for it."""
     repo, issue_ = thread
     comment = github.add_human_comment(REPO, 1, login=login, body=body)
-    return commented(repo, issue_, body, login=login, comment_id=comment["id"],
-                     installation_id=INSTALLATION_ID)
+    return commented(
+        repo, issue_, body, login=login, comment_id=comment["id"], installation_id=INSTALLATION_ID
+    )
 
 
-def labeled_and_drafted(app, client, github, thread) -> Plan:  # type: ignore[no-untyped-def]
+def labeled_and_drafted(app, client, github, thread) -> Plan:
     repo, issue_ = thread
-    response = deliver(client, "issues", labeled(repo, issue_, installation_id=INSTALLATION_ID),
-                       delivery_id="label-1")
+    response = deliver(
+        client,
+        "issues",
+        labeled(repo, issue_, installation_id=INSTALLATION_ID),
+        delivery_id="label-1",
+    )
     assert response.status_code == 202
     return wait_for(lambda: plan_in(app, PlanState.DRAFT), what="the plan to be drafted")
 
 
-def test_labeled_issue_gets_one_status_comment_with_the_agents_plan(app, client, github, thread, worker) -> None:  # type: ignore[no-untyped-def]
+def test_labeled_issue_gets_one_status_comment_with_the_agents_plan(
+    app, client, github, thread, worker
+) -> None:
     plan = labeled_and_drafted(app, client, github, thread)
-    [comment] = wait_for(lambda: [c for c in status_comments(github) if "r1" in c["body"]],
-                         what="the plan comment")
+    [comment] = wait_for(
+        lambda: [c for c in status_comments(github) if "r1" in c["body"]], what="the plan comment"
+    )
     assert TITLE in comment["body"]  # the script agent's plan names the issue
     assert "`draft`" in comment["body"] and "/approve r1" in comment["body"]
     assert comment["user"]["login"].endswith("[bot]")
-    assert github.issue_labels(REPO, 1) == ["gaffer: draft"]
+    wait_for(lambda: github.issue_labels(REPO, 1) == ["gaffer: draft"], what="the state label")
     assert plan.current_revision == 1
 
 
-def test_approve_by_a_writer_approves_the_revision(app, client, github, thread, worker, origin) -> None:  # type: ignore[no-untyped-def]
+def test_approve_by_a_writer_approves_the_revision(
+    app, client, github, thread, worker, origin
+) -> None:
     labeled_and_drafted(app, client, github, thread)
     payload = human_command(github, thread, "/approve", login="maintainer")
     assert deliver(client, "issue_comment", payload).status_code == 202
@@ -83,7 +93,7 @@ def test_approve_by_a_writer_approves_the_revision(app, client, github, thread, 
         assert actions[:2] == ["plan_posted", "approve"]
 
 
-def test_approve_by_a_reader_is_refused_with_one_reply(app, client, github, thread, worker) -> None:  # type: ignore[no-untyped-def]
+def test_approve_by_a_reader_is_refused_with_one_reply(app, client, github, thread, worker) -> None:
     labeled_and_drafted(app, client, github, thread)
     payload = human_command(github, thread, "/approve", login="reader")
     deliver(client, "issue_comment", payload)
@@ -96,22 +106,30 @@ def test_approve_by_a_reader_is_refused_with_one_reply(app, client, github, thre
     assert github.reactions(payload["comment"]["id"]) == []
 
 
-def test_a_redelivery_changes_nothing(app, client, github, thread, worker) -> None:  # type: ignore[no-untyped-def]
+def test_a_redelivery_changes_nothing(app, client, github, thread, worker) -> None:
     labeled_and_drafted(app, client, github, thread)
     before = list(github.comments(REPO, 1))
     repo, issue_ = thread
-    again = deliver(client, "issues", labeled(repo, issue_, installation_id=INSTALLATION_ID),
-                    delivery_id="label-1")
+    again = deliver(
+        client,
+        "issues",
+        labeled(repo, issue_, installation_id=INSTALLATION_ID),
+        delivery_id="label-1",
+    )
     assert again.status_code == 200
-    another = deliver(client, "issues", labeled(repo, issue_, installation_id=INSTALLATION_ID),
-                      delivery_id="label-2")
+    another = deliver(
+        client,
+        "issues",
+        labeled(repo, issue_, installation_id=INSTALLATION_ID),
+        delivery_id="label-2",
+    )
     assert another.status_code == 202  # a new delivery, but the issue already has a plan
     wait_for(lambda: _all_processed(app), what="the second delivery to be processed")
     assert len(plans(app)) == 1
     assert github.comments(REPO, 1) == before
 
 
-def _all_processed(app) -> bool:  # type: ignore[no-untyped-def]
+def _all_processed(app) -> bool:
     from bot.models import Delivery
 
     with app.extensions["gaffer_db"].session() as session:

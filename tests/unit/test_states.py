@@ -16,9 +16,18 @@ MOVES = [
     ("a worker picks up an approved plan", S.APPROVED, Event.WORK_STARTED, S.EXECUTING),
     ("finished work is verified", S.EXECUTING, Event.WORK_DONE, S.VERIFYING),
     ("green checks go to review", S.VERIFYING, Event.CHECKS_PASSED, S.IN_REVIEW),
-    ("a failing check with retries left goes back to work", S.VERIFYING,
-     Event.CHECKS_FAILED_RETRY, S.EXECUTING),
-    ("a failing check with no retries left fails", S.VERIFYING, Event.CHECKS_FAILED_FINAL, S.FAILED),
+    (
+        "a failing check with retries left goes back to work",
+        S.VERIFYING,
+        Event.CHECKS_FAILED_RETRY,
+        S.EXECUTING,
+    ),
+    (
+        "a failing check with no retries left fails",
+        S.VERIFYING,
+        Event.CHECKS_FAILED_FINAL,
+        S.FAILED,
+    ),
     ("an approved diff opens the pull request", S.IN_REVIEW, Event.APPROVE_DIFF, S.PR_OPEN),
     ("revising in review goes back to work", S.IN_REVIEW, Event.REVISE, S.EXECUTING),
     ("a merged pull request ends as merged", S.PR_OPEN, Event.PR_MERGED, S.MERGED),
@@ -49,24 +58,37 @@ def test_events_that_do_not_apply_are_no_ops(name: str, state: S, event: Event) 
 
 
 def test_every_state_is_active_or_terminal() -> None:
-    assert ACTIVE | TERMINAL == set(S) and not ACTIVE & TERMINAL
+    assert set(S) == ACTIVE | TERMINAL and not ACTIVE & TERMINAL
 
 
 class _Plan:
     def __init__(self, state: S, revision: int = 2) -> None:
-        self.state, self.current_revision = state, revision
+        self.state, self.current_revision, self.head_sha = state, revision, None
 
 
 @pytest.mark.parametrize(
     ("state", "expected"),
     [
-        (S.DRAFT, ["/approve r2", "/revise <feedback>", "/reject [reason]", "/icebox", "/cancel",
-                   "/status", "/help"]),
+        (
+            S.DRAFT,
+            [
+                "/approve r2",
+                "/revise <feedback>",
+                "/reject [reason]",
+                "/icebox",
+                "/cancel",
+                "/status",
+                "/help",
+            ],
+        ),
         (S.PLANNING, ["/cancel", "/status", "/help"]),
         (S.MERGED, ["/status", "/help"]),
     ],
-    ids=["a draft offers approve bound to its revision", "planning offers cancel only",
-         "a merged plan offers nothing to do"],
+    ids=[
+        "a draft offers approve bound to its revision",
+        "planning offers cancel only",
+        "a merged plan offers nothing to do",
+    ],
 )
 def test_status_comment_offers_the_commands_that_apply(state: S, expected: list[str]) -> None:
     assert commands_for(_Plan(state)) == expected  # type: ignore[arg-type]
