@@ -55,7 +55,10 @@ def labeled_and_drafted(app, client, github, thread) -> Plan:
         delivery_id="label-1",
     )
     assert response.status_code == 202
-    return wait_for(lambda: plan_in(app, PlanState.DRAFT), what="the plan to be drafted")
+    plan = wait_for(lambda: plan_in(app, PlanState.DRAFT), what="the plan to be drafted")
+    # The label is set last, once the status comment shows the draft.
+    wait_for(lambda: github.issue_labels(REPO, 1) == ["gaffer: draft"], what="the state label")
+    return plan
 
 
 def test_labeled_issue_gets_one_status_comment_with_the_agents_plan(
