@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
-from sqlalchemy import and_, or_, update
+from sqlalchemy import and_, case, or_, update
 
 from bot.db import Database, rows_changed
 from bot.models import Job, JobState, utcnow
@@ -40,30 +40,28 @@ def claim(db: Database, job_id: int, owner: str, lease: timedelta = LEASE) -> bo
 
 def renew(db: Database, job_id: int, owner: str, lease: timedelta = LEASE) -> bool:
     """Extend our lease; False means the job was taken from us or ended."""
+    mine = (Job.id == job_id, Job.lease_owner == owner, Job.state == JobState.RUNNING)
     with db.session() as session:
-        return (
-            session.execute(
-                update(Job)
-                .where(Job.id == job_id, Job.lease_owner == owner, Job.state == JobState.RUNNING)
-                .values(lease_expires_at=utcnow() + lease)
-            )
-            == 1
-        )
+        extended = update(Job).where(*mine).values(lease_expires_at=utcnow() + lease)
+        return rows_changed(session, extended) == 1
 
 
 def finish(
     db: Database, job_id: int, owner: str, state: JobState, error: str | None = None
 ) -> bool:
-    """Close our job with its outcome unless someone cancelled it meanwhile."""
+    """Close our job with its outcome; a job cancelled meanwhile stays cancelled."""
+    outcome = case((Job.state == JobState.CANCELLED, Job.state), else_=state)
     with db.session() as session:
-        return (
-            session.execute(
-                update(Job)
-                .where(Job.id == job_id, Job.lease_owner == owner, Job.state == JobState.RUNNING)
-                .values(state=state, error=error, finished_at=utcnow(), lease_expires_at=None)
+        closed = (
+            update(Job)
+            .where(
+                Job.id == job_id,
+                Job.lease_owner == owner,
+                Job.state.in_([JobState.RUNNING, JobState.CANCELLED]),
             )
-            == 1
+            .values(state=outcome, error=error, finished_at=utcnow(), lease_expires_at=None)
         )
+        return rows_changed(session, closed) == 1
 
 
 def is_cancelled(db: Database, job_id: int) -> bool:

@@ -1,0 +1,112 @@
+"""Drive one issue through gaffer as people would: label it, comment, and watch the thread."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flask import Flask
+from flask.testing import FlaskClient
+from sqlalchemy import select
+
+from bot.github import STATUS_MARKER
+from bot.models import Plan, PlanState
+from tasks.gitcmd import git
+from tests.support import commented, deliver, issue, labeled, repository, wait_for
+
+_deliveries = itertools.count(1)
+
+
+@dataclass
+class IssueFlow:
+    """One issue on the GitHub double, the web app that receives its events, and the origin."""
+
+    app: Flask
+    client: FlaskClient
+    github: Any
+    origin: Path
+    full_name: str
+    installation_id: int
+    number: int = 1
+    title: str = "Widgets overflow the sidebar"
+    body: str = "The sidebar clips long names."
+    author: str = "reporter"
+    seen: list[str] = field(default_factory=list)
+
+    def open(self) -> IssueFlow:
+        self.github.add_issue(
+            self.full_name, self.number, title=self.title, body=self.body, author=self.author
+        )
+        return self
+
+    @property
+    def repo(self) -> dict[str, Any]:
+        return repository(
+            self.full_name, str(self.origin), repo_id=self.github.repo_id(self.full_name)
+        )
+
+    @property
+    def issue(self) -> dict[str, Any]:
+        return issue(self.number, title=self.title, body=self.body, author=self.author)
+
+    def label(self, name: str = "gaffer") -> None:
+        payload = labeled(self.repo, self.issue, label=name, installation_id=self.installation_id)
+        assert (
+            deliver(
+                self.client, "issues", payload, delivery_id=f"flow-{next(_deliveries)}"
+            ).status_code
+            == 202
+        )
+
+    def comment(self, body: str, login: str = "maintainer") -> dict[str, Any]:
+        """Post a person's comment and deliver its webhook; return the payload."""
+        made = self.github.add_human_comment(self.full_name, self.number, login=login, body=body)
+        payload = commented(
+            self.repo,
+            self.issue,
+            body,
+            login=login,
+            comment_id=made["id"],
+            installation_id=self.installation_id,
+        )
+        assert deliver(self.client, "issue_comment", payload).status_code == 202
+        return payload
+
+    def plan(self) -> Plan | None:
+        with self.app.extensions["gaffer_db"].session() as session:
+            return session.scalars(select(Plan).order_by(Plan.id.desc())).first()
+
+    def wait_state(self, *states: PlanState, timeout: float = 90) -> Plan:
+        """Wait until the plan reaches one of states, and its label shows it."""
+        plan = wait_for(
+            lambda: (p := self.plan()) is not None and p.state in states and p,
+            timeout=timeout,
+            what=f"the plan to be {'/'.join(states)}",
+        )
+        wait_for(
+            lambda: self.labels() == [f"gaffer: {self.plan().state.value}"],  # type: ignore[union-attr]
+            timeout=timeout,
+            what="the state label",
+        )
+        return plan
+
+    def labels(self) -> list[str]:
+        return self.github.issue_labels(self.full_name, self.number)
+
+    def comments(self) -> list[dict[str, Any]]:
+        return self.github.comments(self.full_name, self.number)
+
+    def status(self) -> str:
+        [comment] = [c for c in self.comments() if STATUS_MARKER in c["body"]]
+        return comment["body"]
+
+    def replies(self) -> list[str]:
+        return [c["body"] for c in self.comments() if c["body"].startswith("> ")]
+
+    def origin_sha(self, ref: str) -> str:
+        return git(["rev-parse", ref], cwd=self.origin)
+
+    def check_runs(self) -> list[dict[str, Any]]:
+        return self.github.check_runs(self.full_name)
