@@ -226,7 +226,7 @@ class RepoClient(PullsMixin):
         wanted = LABEL_PREFIX + state
         for label in issue.labels:
             if label.name.startswith(LABEL_PREFIX) and label.name != wanted:
-                issue.remove_from_labels(label.name)
+                self._remove_label(issue, label.name)
         if wanted not in {label.name for label in issue.labels}:
             # PyGithub sends a bare list here; GitHub documents the object form.
             self.gh.requester.requestJsonAndCheck(
@@ -244,6 +244,14 @@ class RepoClient(PullsMixin):
     def default_branch_sha(self) -> str:
         """Return the commit the default branch points at now."""
         return str(self.repo.get_branch(self.repo.default_branch).commit.sha)
+
+    def _remove_label(self, issue: Any, name: str) -> None:
+        # Another worker may have swapped the label a moment ago; gone is what we want.
+        try:
+            issue.remove_from_labels(name)
+        except GithubException as error:
+            if error.status != 404:
+                raise
 
     def file_on_default_branch(self, path: str) -> str | None:
         """Return a file's text from the default branch, or None when it is not there."""

@@ -164,7 +164,7 @@ def server_config(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def worker(settings: Settings, github_server: str, server_config: Path, tmp_path: Path):
-    """A real Celery worker process on both queues, talking to the double over HTTP."""
+    """Real Celery worker processes, one per queue as in production, talking to the double."""
     from tests.support import WorkerProcess
 
     env = {
@@ -178,9 +178,11 @@ def worker(settings: Settings, github_server: str, server_config: Path, tmp_path
         "PRIVATE_KEY": settings.private_key or "",
         "GAFFER_CONFIG": str(server_config),
     }
-    process = WorkerProcess.start(env, tmp_path / "worker.log")
-    yield process
-    process.stop()
+    github_worker = WorkerProcess.start(env, tmp_path / "worker-github.log", "github", 3)
+    agent_worker = WorkerProcess.start(env, tmp_path / "worker-agent.log", "agent", 2)
+    yield agent_worker
+    agent_worker.stop()
+    github_worker.stop()
 
 
 @pytest.fixture

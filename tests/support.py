@@ -188,11 +188,21 @@ class WorkerProcess:
 
     @classmethod
     def start(
-        cls, env: dict[str, str], log_path: Path, queues: str = "github,agent"
+        cls, env: dict[str, str], log_path: Path, queues: str, concurrency: int = 2
     ) -> WorkerProcess:
+        argv = [
+            sys.executable,
+            "-m",
+            "tasks.worker",
+            queues,
+            "--concurrency",
+            str(concurrency),
+            "--name",
+            f"{queues}-{os.getpid()}@%h",
+        ]
         with log_path.open("wb") as log:  # the child keeps its own descriptor
             process = subprocess.Popen(
-                [sys.executable, "-m", "tasks.worker", queues, "--concurrency", "3"],
+                argv,
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -110,11 +110,11 @@ def test_revise_after_approve_diff_voids_the_approval(flow: IssueFlow, worker) -
     assert second.head_sha != first.head_sha
 
 
-def test_cancel_mid_run_kills_the_agent_and_cleans_up(flow: IssueFlow, worker, settings) -> None:
+def test_cancel_mid_run_kills_the_agent_and_cleans_up(flow: IssueFlow, worker) -> None:
     flow.body = script("- print: started\n- sleep: 60\n" + GOOD)
     approved(flow)
     flow.wait_state(PlanState.EXECUTING)
-    wait_for(lambda: list(settings.home.glob("jobs/*/*-execute/agent.log")), what="the agent")
+    wait_for(lambda: _processes_running("tasks.script_agent"), what="the agent to run")
     flow.comment("/cancel")
     flow.wait_state(PlanState.CANCELLED)
     with flow.app.extensions["gaffer_db"].session() as session:
