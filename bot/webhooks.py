@@ -98,7 +98,7 @@ def publish_delivery(row_id: int) -> None:
     try:
         enqueue(current_app.extensions["gaffer_celery"], PROCESS_DELIVERY, delivery_id=row_id)
     except Exception:  # the broker is down: the stored row is the outbox
-        log.warning("broker unavailable; delivery %s stays in the outbox", row_id)
+        log.warning("broker unavailable; delivery %s stays in the outbox", row_id, exc_info=True)
         return
     with db.session() as session:
         session.get_one(Delivery, row_id).enqueued_at = utcnow()

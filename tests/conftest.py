@@ -120,7 +120,7 @@ def origin(tmp_path: Path) -> Path:
 @pytest.fixture
 def github(origin: Path):
     """The GitHub double, holding one repository whose origin is a real bare repo."""
-    from tests.github_double.app import create_github_double
+    from bot.double.app import create_github_double
 
     flask_app, state = create_github_double(app_id=APP_ID)
     state.add_repo(REPO, origin, installation_id=INSTALLATION_ID)
@@ -133,7 +133,7 @@ def github(origin: Path):
 @pytest.fixture
 def github_http(github):
     """Serve the double to code in this process through `responses`."""
-    from tests.github_double.transports import mock_with_responses
+    from tests.double_responses import mock_with_responses
 
     with responses.RequestsMock(assert_all_requests_are_fired=False) as rsps:
         mock_with_responses(rsps, github.flask_app, API_URL)
@@ -144,7 +144,7 @@ def github_http(github):
 @pytest.fixture
 def github_server(github):
     """Serve the double on loopback, for worker processes."""
-    from tests.github_double.transports import serve_on_loopback
+    from bot.double.loopback import serve_on_loopback
 
     with serve_on_loopback(github.flask_app) as base_url:
         yield base_url

@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import itertools
-import json
 import os
 import signal
 import subprocess
 import sys
-import time
-import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,10 +13,14 @@ from typing import Any
 import redis
 from sqlalchemy import create_engine, text
 
+from bot.double import webhooks
+from bot.double.driver import wait_for
+from bot.double.webhooks import commented, issue, labeled, repository, user
 from bot.models import Base
 
+__all__ = ["commented", "issue", "labeled", "repository", "user", "wait_for"]
+
 WEBHOOK_SECRET = "It's a Secret to Everybody"
-_ids = itertools.count(9_000_001)
 
 
 @dataclass(frozen=True)
@@ -45,7 +42,7 @@ class Backend:
 
 def sign(body: bytes, secret: str = WEBHOOK_SECRET) -> str:
     """Return the X-Hub-Signature-256 header GitHub sends for body."""
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return webhooks.sign(body, secret)
 
 
 def deliver(
@@ -53,130 +50,11 @@ def deliver(
     event: str,
     payload: dict[str, Any],
     *,
-    delivery_id: str | None = None,
     secret: str = WEBHOOK_SECRET,
-    hook_id: str = "4242",
-    **headers: str,
+    **options: Any,
 ) -> Any:
-    """POST a signed delivery to the receiver the way GitHub does."""
-    body = json.dumps(payload).encode()
-    return client.post(
-        "/webhooks/github",
-        data=body,
-        headers={
-            "Content-Type": "application/json",
-            "X-GitHub-Event": event,
-            "X-GitHub-Delivery": delivery_id or str(uuid.uuid4()),
-            "X-GitHub-Hook-ID": "1",
-            "X-GitHub-Hook-Installation-Target-Type": "integration",
-            "X-GitHub-Hook-Installation-Target-ID": hook_id,
-            "X-Hub-Signature-256": sign(body, secret),
-            "User-Agent": "GitHub-Hookshot/test",
-            **headers,
-        },
-    )
-
-
-def user(login: str, kind: str = "User") -> dict[str, Any]:
-    return {
-        "login": login,
-        "id": abs(hash(login)) % 10**7,
-        "type": kind,
-        "html_url": f"https://github.test/{login}",
-    }
-
-
-def repository(full_name: str, clone_url: str, repo_id: int = 1296269) -> dict[str, Any]:
-    owner, name = full_name.split("/")
-    return {
-        "id": repo_id,
-        "name": name,
-        "full_name": full_name,
-        "private": False,
-        "owner": user(owner, "Organization"),
-        "clone_url": clone_url,
-        "default_branch": "main",
-        "html_url": f"https://github.test/{full_name}",
-    }
-
-
-def issue(
-    number: int,
-    *,
-    title: str = "Widgets overflow",
-    body: str = "They do.",
-    author: str = "reporter",
-    state: str = "open",
-) -> dict[str, Any]:
-    return {
-        "id": 1000 + number,
-        "number": number,
-        "title": title,
-        "body": body,
-        "state": state,
-        "locked": False,
-        "user": user(author),
-        "labels": [],
-        "author_association": "CONTRIBUTOR",
-    }
-
-
-def labeled(
-    repo: dict[str, Any],
-    issue_: dict[str, Any],
-    label: str = "gaffer",
-    installation_id: int = 77,
-    sender: str = "triager",
-) -> dict[str, Any]:
-    """An `issues.labeled` payload."""
-    return {
-        "action": "labeled",
-        "issue": issue_,
-        "label": {"id": 1, "name": label},
-        "repository": repo,
-        "sender": user(sender),
-        "installation": {"id": installation_id, "node_id": "MDIz"},
-    }
-
-
-def commented(
-    repo: dict[str, Any],
-    issue_: dict[str, Any],
-    body: str,
-    *,
-    login: str,
-    comment_id: int | None = None,
-    installation_id: int = 77,
-    action: str = "created",
-    kind: str = "User",
-) -> dict[str, Any]:
-    """An `issue_comment` payload."""
-    comment = {
-        "id": comment_id or next(_ids),
-        "body": body,
-        "user": user(login, kind),
-        "author_association": "CONTRIBUTOR",
-        "performed_via_github_app": None,
-    }
-    return {
-        "action": action,
-        "issue": issue_,
-        "comment": comment,
-        "repository": repo,
-        "sender": user(login, kind),
-        "installation": {"id": installation_id},
-    }
-
-
-def wait_for(condition: Callable[[], Any], *, timeout: float = 60, what: str = "condition") -> Any:
-    """Poll until condition() is truthy and return its value; fail after timeout."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    """POST a delivery signed with the tests' secret, the way GitHub does."""
+    return webhooks.deliver(client, event, payload, secret=secret, **options)
 
 
 @dataclass

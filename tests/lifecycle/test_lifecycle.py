@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from bot.double.driver import IssueFlow
 from bot.models import Approval, Job, PlanState
 from tests.conftest import INSTALLATION_ID, REPO
 from tests.conftest_git import commit_to_origin
-from tests.flow import IssueFlow
-from tests.support import wait_for
+from tests.support import WEBHOOK_SECRET, wait_for
 
 CONFIG = """\
 checks:
@@ -39,7 +39,7 @@ BAD = "- write: {path: widgets.py, content: \"VALUE = 'bad'\\n\"}\n"
 @pytest.fixture
 def flow(app, client, github, origin: Path) -> IssueFlow:
     commit_to_origin(origin, {".github/gaffer.yml": CONFIG.format(retries=2)}, "configure gaffer")
-    return IssueFlow(app, client, github, origin, REPO, INSTALLATION_ID)
+    return IssueFlow(app, client, github, origin, REPO, INSTALLATION_ID, WEBHOOK_SECRET)
 
 
 def approved(flow: IssueFlow) -> None:

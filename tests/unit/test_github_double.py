@@ -15,9 +15,10 @@ import responses
 from github import Auth, Github, GithubException
 from github.ContentFile import ContentFile
 
-from tests.github_double import contract
-from tests.github_double.app import GitHubState, create_github_double
-from tests.github_double.transports import mock_with_responses, serve_on_loopback
+from bot.double import contract
+from bot.double.app import GitHubState, create_github_double
+from bot.double.loopback import serve_on_loopback
+from tests.double_responses import mock_with_responses
 
 API_URL = "https://api.github.test"
 REPO = "octo/widgets"

@@ -1,17 +1,14 @@
-"""Ways for code under test to reach the GitHub double: through `responses`, or over loopback."""
+"""Serve the GitHub double to code in the test process through `responses`."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
 import responses
 from flask import Flask
 from requests import PreparedRequest
-from werkzeug.serving import WSGIRequestHandler, make_server
 
 # Headers the WSGI layer computes itself; forwarding them would contradict it.
 HOP_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
@@ -76,31 +73,3 @@ def _body_bytes(body: Any) -> bytes:
     if body is None:
         return b""
     return body.encode() if isinstance(body, str) else bytes(body)
-
-
-class _QuietRequestHandler(WSGIRequestHandler):
-    """A request handler that does not log every request to stderr."""
-
-    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        """Skip the access log line."""
-
-
-@contextmanager
-def serve_on_loopback(flask_app: Flask) -> Iterator[str]:
-    """Serve the double on 127.0.0.1 (a free port) and yield its base URL."""
-    server = make_server(
-        "127.0.0.1", 0, flask_app, threaded=True, request_handler=_QuietRequestHandler
-    )
-    thread = threading.Thread(
-        target=server.serve_forever,
-        kwargs={"poll_interval": 0.05},
-        name="github-double",
-        daemon=True,
-    )
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        thread.join()
-        server.server_close()

@@ -1,9 +1,11 @@
-"""Drive one issue through gaffer as people would: label it, comment, and watch the thread."""
+"""Drive one issue through gaffer as people would: label it, comment, watch the thread."""
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +13,10 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import select
 
+from bot.double.webhooks import commented, deliver, issue, labeled, repository
 from bot.github import STATUS_MARKER
 from bot.models import Plan, PlanState
 from tasks.gitcmd import git
-from tests.support import commented, deliver, issue, labeled, repository, wait_for
 
 _deliveries = itertools.count(1)
 
@@ -29,11 +31,11 @@ class IssueFlow:
     origin: Path
     full_name: str
     installation_id: int
+    secret: str
     number: int = 1
     title: str = "Widgets overflow the sidebar"
     body: str = "The sidebar clips long names."
     author: str = "reporter"
-    seen: list[str] = field(default_factory=list)
 
     def open(self) -> IssueFlow:
         self.github.add_issue(
@@ -53,12 +55,11 @@ class IssueFlow:
 
     def label(self, name: str = "gaffer") -> None:
         payload = labeled(self.repo, self.issue, label=name, installation_id=self.installation_id)
-        assert (
-            deliver(
-                self.client, "issues", payload, delivery_id=f"flow-{next(_deliveries)}"
-            ).status_code
-            == 202
+        delivery_id = f"flow-{next(_deliveries)}"
+        response = deliver(
+            self.client, "issues", payload, secret=self.secret, delivery_id=delivery_id
         )
+        assert response.status_code == 202, response.get_json()
 
     def comment(self, body: str, login: str = "maintainer") -> dict[str, Any]:
         """Post a person's comment and deliver its webhook; return the payload."""
@@ -71,7 +72,7 @@ class IssueFlow:
             comment_id=made["id"],
             installation_id=self.installation_id,
         )
-        assert deliver(self.client, "issue_comment", payload).status_code == 202
+        assert deliver(self.client, "issue_comment", payload, secret=self.secret).status_code == 202
         return payload
 
     def plan(self) -> Plan | None:
@@ -110,3 +111,14 @@ class IssueFlow:
 
     def check_runs(self) -> list[dict[str, Any]]:
         return self.github.check_runs(self.full_name)
+
+
+def wait_for(condition: Callable[[], Any], *, timeout: float = 60, what: str = "condition") -> Any:
+    """Poll until condition() is truthy and return its value; fail after timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
