@@ -19,6 +19,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("run", help="migrate, then start web, workers and beat together")
     commands.add_parser("web", help="serve the webhook receiver with gunicorn")
+    commands.add_parser("demo", help="the whole lifecycle locally, against a GitHub double")
     worker = commands.add_parser("worker", help="run a Celery worker")
     worker.add_argument("queues", nargs="?", default="github,agent")
     worker.add_argument("--concurrency", default="2")
@@ -26,6 +27,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     db = commands.add_parser("db", help="database commands")
     db.add_argument("action", choices=["upgrade"])
     args = parser.parse_args(argv)
+    if args.command == "demo":
+        from bot.demo import run_demo
+
+        return run_demo()
     try:
         settings = Settings.from_env()
     except SettingsError as error:

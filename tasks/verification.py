@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy import select
@@ -12,6 +13,7 @@ from sqlalchemy import select
 from bot.models import CheckResult
 from tasks.checkruns import CheckOutput, check_output, check_run_name, external_id
 from tasks.diffcheck import analyse, changed_files, plan_scope
+from tasks.gitcmd import git
 from tasks.runner import run_process, sandbox_env
 
 if TYPE_CHECKING:
@@ -41,6 +43,7 @@ def verify(space: Workspace, head_sha: str) -> Verdict:
         output, log = _run_check(space, head_sha, check.name, check.run, check.timeout)
         if output.conclusion != "success":
             verdict.failures.append((check.name, log))
+        _restore(space.worktree)
     diff = _diff_check(space, head_sha)
     if diff.conclusion == "failure":
         verdict.failures.append(("diff", diff.summary))
@@ -72,6 +75,13 @@ def _run_check(
     )
     _complete(space, head_sha, name, ext, output, ref.id)
     return output, run.output
+
+
+def _restore(worktree: Path) -> None:
+    # What a check leaves behind (caches, reports) must not be committed as the agent's work;
+    # ignored files such as a set-up virtualenv stay.
+    git(["reset", "--quiet", "--hard", "HEAD"], cwd=worktree)
+    git(["clean", "-ffdq"], cwd=worktree)
 
 
 def _diff_check(space: Workspace, head_sha: str) -> CheckOutput:

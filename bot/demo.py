@@ -1,0 +1,211 @@
+"""`gaffer demo`: the whole lifecycle on this machine, no GitHub account, printed as a thread."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from bot.app import create_app
+from bot.double.app import GitHubState, create_github_double
+from bot.double.driver import IssueFlow, wait_for
+from bot.double.loopback import serve_on_loopback
+from bot.migrate import upgrade
+from bot.models import PlanState
+from bot.settings import Settings
+
+REPO, INSTALLATION, APP_ID, SECRET = "acme/widgets", 1, 1, "demo-secret"
+CONFIG = """\
+checks:
+  - name: tests
+    run: "python3 -c 'import widgets; assert widgets.label(\\"x\\" * 50).endswith(\\"…\\")'"
+    timeout: 60
+"""
+ISSUE_BODY = """\
+Long widget names overflow the sidebar. Cut them at 20 characters with an ellipsis.
+
+```gaffer-script
+execute:
+  - write: {path: widgets.py, content: "def label(name):\\n    return name[:20]\\n"}
+fix:
+  - write:
+      path: widgets.py
+      content: "def label(name):\\n    return name if len(name) <= 20 else name[:19] + '…'\\n"
+```
+"""
+
+
+def run_demo() -> int:
+    """Run the demo in a temporary folder and print the issue thread."""
+    with tempfile.TemporaryDirectory(prefix="gaffer-demo-") as tmp, ExitStack() as stack:
+        home = Path(tmp)
+        origin = _origin(home)
+        double, github = create_github_double(app_id=APP_ID, validate=_spec_installed())
+        github.add_repo(REPO, origin, installation_id=INSTALLATION)
+        github.permissions[(REPO, "maintainer")] = "admin"
+        api_url = stack.enter_context(serve_on_loopback(double))
+        settings = _settings(home, api_url)
+        upgrade(settings.database_url)
+        stack.enter_context(_workers(settings, home))
+        app = create_app(settings)
+        flow = IssueFlow(
+            app,
+            app.test_client(),
+            github,
+            origin,
+            REPO,
+            INSTALLATION,
+            SECRET,
+            title="Long widget names overflow the sidebar",
+            body=ISSUE_BODY,
+        )
+        _play(flow, github)
+        app.extensions["gaffer_db"].dispose()
+    return 0
+
+
+def _play(flow: IssueFlow, github: GitHubState) -> None:
+    flow.open()
+    _say("triager", "adds the label `gaffer`")
+    flow.label()
+    flow.wait_state(PlanState.DRAFT)
+    _show_status(flow)
+    _comment(flow, "/approve")
+    plan = flow.wait_state(PlanState.IN_REVIEW, PlanState.FAILED)
+    for run in github.check_runs(REPO):
+        _say(
+            "check run",
+            f"{run['name']} on {run['head_sha'][:12]}: {run['conclusion']}"
+            f" — {run['output']['title']}",
+        )
+    _show_status(flow)
+    if plan.state != PlanState.IN_REVIEW:
+        return
+    _comment(flow, f"/approve-diff {plan.head_sha}")
+    flow.wait_state(PlanState.PR_OPEN)
+    [pull] = github.pulls(REPO)
+    _say(
+        "pull request",
+        f"#{pull['number']} “{pull['title']}” from {pull['head']['ref']} "
+        f"at {pull['head']['sha'][:12]}",
+    )
+    _show_status(flow)
+
+
+def _comment(flow: IssueFlow, body: str) -> None:
+    _say("maintainer", body)
+    flow.comment(body)
+    wait_for(lambda: any(c["content"] == "eyes" for c in _last_reactions(flow)), what="👀")
+
+
+def _last_reactions(flow: IssueFlow) -> list[dict]:
+    human = [c for c in flow.comments() if not c["user"]["login"].endswith("[bot]")]
+    return flow.github.reactions(human[-1]["id"]) if human else []
+
+
+def _show_status(flow: IssueFlow) -> None:
+    _say("gaffer[bot]", "(status comment, edited in place)\n" + flow.status())
+
+
+def _say(who: str, text: str) -> None:
+    print(f"\n── {who} " + "─" * max(0, 60 - len(who)))
+    print(textwrap.indent(text.strip(), "  "), flush=True)
+
+
+def _origin(home: Path) -> Path:
+    origin, work = home / "origin.git", home / "seed"
+    subprocess.run(
+        ["git", "init", "--quiet", "--bare", "--initial-branch=main", str(origin)], check=True
+    )
+    files = {
+        "widgets.py": "def label(name):\n    return name\n",
+        ".github/gaffer.yml": CONFIG,
+        "README.md": "# widgets\n",
+    }
+    subprocess.run(
+        ["git", "clone", "--quiet", str(origin), str(work)], check=True, capture_output=True
+    )
+    for path, text in files.items():
+        (work / path).parent.mkdir(parents=True, exist_ok=True)
+        (work / path).write_text(text)
+    identity = ["-c", "user.name=demo", "-c", "user.email=demo@example.com"]
+    for args in (
+        ["add", "--all"],
+        [*identity, "commit", "--quiet", "-m", "widgets"],
+        ["push", "--quiet", "origin", "HEAD:main"],
+    ):
+        subprocess.run(["git", *args], cwd=work, check=True)
+    return origin
+
+
+def _settings(home: Path, api_url: str) -> Settings:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    config = home / "server.yml"
+    config.write_text("github_seconds_between_requests: 0\ngithub_seconds_between_writes: 0\n")
+    env = {
+        "WEBHOOK_SECRET": SECRET,
+        "GAFFER_HOME": str(home / "gaffer"),
+        "APP_ID": str(APP_ID),
+        "PRIVATE_KEY": pem,
+        "GITHUB_API_URL": api_url,
+        "GAFFER_CONFIG": str(config),
+    }
+    return Settings.from_env(env)
+
+
+@contextmanager
+def _workers(settings: Settings, home: Path) -> Iterator[None]:
+    env = {
+        **os.environ,
+        "WEBHOOK_SECRET": SECRET,
+        "GAFFER_HOME": str(settings.home),
+        "APP_ID": str(APP_ID),
+        "PRIVATE_KEY": settings.private_key or "",
+        "GITHUB_API_URL": settings.github_api_url,
+        "GAFFER_CONFIG": str(home / "server.yml"),
+    }
+    env.pop("DATABASE_URL", None)
+    env.pop("BROKER_URL", None)
+    children = []
+    for queues in ("github", "agent"):
+        log = (home / f"worker-{queues}.log").open("wb")
+        children.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "tasks.worker", queues, "--name", f"{queues}@demo"],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+        log.close()
+    try:
+        for queues in ("github", "agent"):
+            wait_for(
+                lambda q=queues: b"ready." in (home / f"worker-{q}.log").read_bytes(),
+                timeout=60,
+                what=f"the {queues} worker",
+            )
+        yield
+    finally:
+        for child in children:
+            child.terminate()
+        for child in children:
+            child.wait(timeout=30)
+
+
+def _spec_installed() -> bool:
+    from bot.double.contract import SPEC_PATH
+
+    return SPEC_PATH.exists()
