@@ -9,6 +9,7 @@ import tempfile
 import textwrap
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from functools import partial
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
@@ -192,17 +193,18 @@ def _workers(settings: Settings, home: Path) -> Iterator[None]:
         log.close()
     try:
         for queues in ("github", "agent"):
-            wait_for(
-                lambda q=queues: b"ready." in (home / f"worker-{q}.log").read_bytes(),
-                timeout=60,
-                what=f"the {queues} worker",
-            )
+            log_path = home / f"worker-{queues}.log"
+            wait_for(partial(_says_ready, log_path), timeout=60, what=log_path.name)
         yield
     finally:
         for child in children:
             child.terminate()
         for child in children:
             child.wait(timeout=30)
+
+
+def _says_ready(log_path: Path) -> bool:
+    return b"ready." in log_path.read_bytes()
 
 
 def _spec_installed() -> bool:
