@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SPEC := tests/contract/node_modules/@octokit/openapi/package.json
 
-.PHONY: run test lint install
+.PHONY: run demo test lint install
 
 $(VENV)/installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -19,6 +19,9 @@ install: $(VENV)/installed
 
 run: $(VENV)/installed
 	$(VENV)/bin/gaffer run
+
+demo: $(VENV)/installed $(SPEC)
+	$(VENV)/bin/gaffer demo
 
 lint: $(VENV)/installed
 	$(VENV)/bin/ruff check bot tasks tests bench

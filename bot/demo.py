@@ -9,11 +9,13 @@ import tempfile
 import textwrap
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+from flask import Flask
 
 from bot.app import create_app
 from bot.double.app import GitHubState, create_github_double
@@ -44,37 +46,65 @@ fix:
 """
 
 
-def run_demo() -> int:
-    """Run the demo in a temporary folder and print the issue thread."""
-    with tempfile.TemporaryDirectory(prefix="gaffer-demo-") as tmp, ExitStack() as stack:
-        home = Path(tmp)
-        origin = _origin(home)
+@dataclass
+class LocalGaffer:
+    """gaffer on its embedded default with workers, a GitHub double and a bare origin."""
+
+    app: Flask
+    github: GitHubState
+    origin: Path
+
+    def issue(self, number: int, title: str, body: str) -> IssueFlow:
+        """Return a driver for a new issue on the double."""
+        flow = IssueFlow(
+            self.app,
+            self.app.test_client(),
+            self.github,
+            self.origin,
+            REPO,
+            INSTALLATION,
+            SECRET,
+            number=number,
+            title=title,
+            body=body,
+        )
+        return flow.open()
+
+
+@contextmanager
+def local_gaffer(home: Path, files: dict[str, str], agent_slots: int = 2) -> Iterator[LocalGaffer]:
+    """Run gaffer locally under home, against an origin holding files."""
+    with ExitStack() as stack:
+        origin = _origin(home, files)
         double, github = create_github_double(app_id=APP_ID, validate=_spec_installed())
         github.add_repo(REPO, origin, installation_id=INSTALLATION)
         github.permissions[(REPO, "maintainer")] = "admin"
         api_url = stack.enter_context(serve_on_loopback(double))
         settings = _settings(home, api_url)
         upgrade(settings.database_url)
-        stack.enter_context(_workers(settings, home))
+        stack.enter_context(_workers(settings, home, agent_slots))
         app = create_app(settings)
-        flow = IssueFlow(
-            app,
-            app.test_client(),
-            github,
-            origin,
-            REPO,
-            INSTALLATION,
-            SECRET,
-            title="Long widget names overflow the sidebar",
-            body=ISSUE_BODY,
-        )
-        _play(flow, github)
-        app.extensions["gaffer_db"].dispose()
+        stack.callback(app.extensions["gaffer_db"].dispose)
+        yield LocalGaffer(app, github, origin)
+
+
+def run_demo() -> int:
+    """Run the demo in a temporary folder and print the issue thread."""
+    files = {
+        "widgets.py": "def label(name):\n    return name\n",
+        ".github/gaffer.yml": CONFIG,
+        "README.md": "# widgets\n",
+    }
+    with (
+        tempfile.TemporaryDirectory(prefix="gaffer-demo-") as tmp,
+        local_gaffer(Path(tmp), files) as gaffer,
+    ):
+        flow = gaffer.issue(1, "Long widget names overflow the sidebar", ISSUE_BODY)
+        _play(flow, gaffer.github)
     return 0
 
 
 def _play(flow: IssueFlow, github: GitHubState) -> None:
-    flow.open()
     _say("triager", "adds the label `gaffer`")
     flow.label()
     flow.wait_state(PlanState.DRAFT)
@@ -121,16 +151,11 @@ def _say(who: str, text: str) -> None:
     print(textwrap.indent(text.strip(), "  "), flush=True)
 
 
-def _origin(home: Path) -> Path:
+def _origin(home: Path, files: dict[str, str]) -> Path:
     origin, work = home / "origin.git", home / "seed"
     subprocess.run(
         ["git", "init", "--quiet", "--bare", "--initial-branch=main", str(origin)], check=True
     )
-    files = {
-        "widgets.py": "def label(name):\n    return name\n",
-        ".github/gaffer.yml": CONFIG,
-        "README.md": "# widgets\n",
-    }
     subprocess.run(
         ["git", "clone", "--quiet", str(origin), str(work)], check=True, capture_output=True
     )
@@ -166,7 +191,7 @@ def _settings(home: Path, api_url: str) -> Settings:
 
 
 @contextmanager
-def _workers(settings: Settings, home: Path) -> Iterator[None]:
+def _workers(settings: Settings, home: Path, agent_slots: int) -> Iterator[None]:
     env = {
         **os.environ,
         "WEBHOOK_SECRET": SECRET,
@@ -183,7 +208,16 @@ def _workers(settings: Settings, home: Path) -> Iterator[None]:
         log = (home / f"worker-{queues}.log").open("wb")
         children.append(
             subprocess.Popen(
-                [sys.executable, "-m", "tasks.worker", queues, "--name", f"{queues}@demo"],
+                [
+                    sys.executable,
+                    "-m",
+                    "tasks.worker",
+                    queues,
+                    "--name",
+                    f"{queues}@demo",
+                    "--concurrency",
+                    str(agent_slots if queues == "agent" else 4),
+                ],
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
