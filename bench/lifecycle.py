@@ -1,6 +1,6 @@
 """Lifecycle costs, each printed as a ratio measured in this run.
 
-    .venv/bin/python bench/lifecycle.py [--plans 6] [--slots 2] [--agent-seconds 2] [--files 10000]
+    .venv/bin/python bench/lifecycle.py [--plans 6] [--slots 2] [--agent-seconds 5] [--files 10000]
 
 (a) gaffer's own overhead from `/approve` to `in_review`, with an agent and a check that
     do nothing (goal: under 1 s);
@@ -55,7 +55,7 @@ def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--plans", type=int, default=6)
     parser.add_argument("--slots", type=int, default=2)
-    parser.add_argument("--agent-seconds", type=float, default=2.0)
+    parser.add_argument("--agent-seconds", type=float, default=5.0)
     parser.add_argument("--files", type=int, default=10_000)
     return parser.parse_args()
 

@@ -219,8 +219,8 @@ def push_branch(
 
 def _reset_clean(worktree: Path, sha: str) -> None:
     """Detach at sha, drop every change and untracked or ignored file, and verify it."""
+    # A forced checkout resets every tracked file; clean removes the rest, ignored included.
     git(["checkout", "--quiet", "--detach", "--force", sha], cwd=worktree)
-    git(["reset", "--quiet", "--hard", sha], cwd=worktree)
     git(["clean", "-ffdxq"], cwd=worktree)
     leftover = git(["status", "--porcelain", "--ignored"], cwd=worktree)
     if leftover:
