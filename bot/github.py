@@ -65,12 +65,29 @@ class GitHubApp:
     def installation(self, installation_id: int, full_name: str) -> RepoClient:
         """Return a client for one repository, acting as the installation."""
         gh = Github(
-            auth=Auth.Token(self.token(installation_id)),
+            auth=_LiveInstallationToken(self, installation_id),
             base_url=self.settings.github_api_url,
             retry=self._retry,
             **self._pace,
         )
         return RepoClient(gh, full_name, self.app_id)
+
+
+class _LiveInstallationToken(Auth.Auth):
+    """Authenticate each request with the installation's current token, renewed as needed."""
+
+    def __init__(self, app: GitHubApp, installation_id: int) -> None:
+        self._app = app
+        self._installation_id = installation_id
+
+    @property
+    def token_type(self) -> str:
+        return "token"
+
+    @property
+    def token(self) -> str:
+        # Read per request, so a client held through an hour-long job never sends a dead token.
+        return self._app.token(self._installation_id)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,23 @@
+"""F. An installation token expiring during a long job is renewed."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+from bot.github import TOKEN_MARGIN
+from tests.conftest import INSTALLATION_ID, REPO
+
+
+def test_a_client_held_through_a_token_expiry_renews_it(wctx, github_http) -> None:
+    github_http.token_lifetime = TOKEN_MARGIN + timedelta(seconds=3)
+    github_http.add_issue(REPO, 1, title="t", body="b", author="reporter")
+    client = wctx.client(INSTALLATION_ID, REPO)  # held like a long job holds it
+    client.reply(1, "first")
+    time.sleep(3.5)  # the first token is now inside the renewal margin
+    client.reply(1, "second")
+    issued = [t.token for t in github_http.issued_tokens]
+    assert len(issued) >= 2
+    used = [token for token in github_http.tokens_used() if token in issued]
+    assert used[0] == issued[0] and used[-1] == issued[-1] != issued[0]
+    assert [c["body"] for c in github_http.comments(REPO, 1)] == ["first", "second"]
