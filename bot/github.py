@@ -6,8 +6,10 @@ import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from github import Auth, Github, GithubException, GithubIntegration, GithubRetry
+from requests.utils import parse_header_links
 
 from bot.settings import Settings
 
@@ -71,6 +73,35 @@ class GitHubApp:
             **self._pace,
         )
         return RepoClient(gh, full_name, self.app_id)
+
+    def hook_deliveries(
+        self, *, per_page: int = 100, cursor: str | None = None, failed_only: bool = True
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """Return one page of the App's webhook deliveries, newest first, and the next cursor."""
+        parameters: dict[str, Any] = {"per_page": per_page}
+        if failed_only:
+            parameters["status"] = "failure"
+        if cursor:
+            parameters["cursor"] = cursor
+        headers, page = self.integration().requester.requestJsonAndCheck(
+            "GET", "/app/hook/deliveries", parameters=parameters
+        )
+        return list(page or []), _next_cursor(headers)
+
+    def redeliver(self, delivery_id: int) -> None:
+        """Ask GitHub to send one of the App's webhook deliveries again."""
+        self.integration().requester.requestJsonAndCheck(
+            "POST", f"/app/hook/deliveries/{delivery_id}/attempts"
+        )
+
+
+def _next_cursor(headers: dict[str, Any]) -> str | None:
+    # The deliveries list pages by an opaque cursor, carried in the Link header's next URL.
+    link = next((value for key, value in headers.items() if key.lower() == "link"), "")
+    for entry in parse_header_links(link):
+        if entry.get("rel") == "next":
+            return parse_qs(urlsplit(entry["url"]).query).get("cursor", [None])[0]
+    return None
 
 
 class _LiveInstallationToken(Auth.Auth):

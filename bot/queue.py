@@ -31,7 +31,11 @@ def make_celery(settings: Settings) -> Celery:
         worker_prefetch_multiplier=1,
         broker_connection_retry_on_startup=True,
         broker_transport_options=_transport_options(settings),
-        beat_schedule={"reconcile": {"task": RECONCILE, "schedule": 60.0}},
+        beat_schedule={
+            # A reconcile that waited past the next beat is dropped: the next one does its work,
+            # so a worker back from an outage runs one pass, not one per minute it was away.
+            "reconcile": {"task": RECONCILE, "schedule": 60.0, "options": {"expires": 55.0}}
+        },
         worker_hijack_root_logger=False,
     )
     return celery

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bot.context import Context
+from bot.github import LABEL_PREFIX
 from bot.handlers.installations import remember_installation, remember_repository
 from bot.models import Job, JobState, Plan
 from bot.plans import active_plan, add_job, advance, start_plan
@@ -23,7 +24,9 @@ def label_added(ctx: Context, payload: dict[str, Any]) -> None:
     issue, repo = payload["issue"], payload["repository"]
     installation_id = payload["installation"]["id"]
     client = ctx.github(installation_id, repo["full_name"])
-    label = (payload.get("label") or {}).get("name")
+    label = (payload.get("label") or {}).get("name") or ""
+    if label.startswith(LABEL_PREFIX):  # gaffer's own state labels come back as events
+        return
     defaults = ctx.settings.server_config.get("defaults")
     try:
         config = fetch_repo_config(client, defaults)
