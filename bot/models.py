@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from decimal import Decimal
 from enum import StrEnum
 
 from sqlalchemy import (
@@ -123,6 +124,8 @@ class Plan(Base):
     head_sha: Mapped[str | None] = mapped_column(String(40))
     fix_rounds: Mapped[int] = mapped_column(default=0)
     pr_number: Mapped[int | None] = mapped_column(Integer)
+    # A per-plan budget set by /budget; the repo config's budget.plan_usd applies otherwise.
+    budget_usd: Mapped[Decimal | None] = mapped_column(Numeric(12, 2))
     agent: Mapped[str | None] = mapped_column(String(100))
     model: Mapped[str | None] = mapped_column(String(200))
     status_comment_id: Mapped[int | None] = mapped_column(BigInteger)
@@ -171,7 +174,17 @@ class Job(Base):
     attempts: Mapped[int] = mapped_column(default=0)
     agent: Mapped[str | None] = mapped_column(String(100))
     model: Mapped[str | None] = mapped_column(String(200))
-    cost_usd: Mapped[float | None] = mapped_column(Numeric(12, 6))
+    # What the job's agent runs used, summed over its runs (an execute job's fix rounds too).
+    input_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    output_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cache_read_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cache_write_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    reasoning_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cost_usd: Mapped[Decimal] = mapped_column(Numeric(12, 6), default=Decimal(0))
+    # agent (reported by the tool), computed (tokens × prices) or estimated.
+    cost_source: Mapped[str | None] = mapped_column(String(20))
+    # Set while the job waits for a provider's quota to reset.
+    parked_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     error: Mapped[str | None] = mapped_column(Text)
     log_path: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
+from bot.costs import Spend
 from bot.github import STATUS_MARKER
-from bot.models import CheckResult, Plan, PlanState
+from bot.models import CheckResult, Job, Plan, PlanState
 from bot.states import Event, events_from
 
 # The command a person types for each event a comment can cause.
@@ -59,7 +61,10 @@ class Verification:
 
 
 def status_comment(
-    plan: Plan, plan_text: str | None, verification: Verification | None = None
+    plan: Plan,
+    plan_text: str | None,
+    verification: Verification | None = None,
+    spend: Spend | None = None,
 ) -> str:
     """Render gaffer's one status comment for the plan."""
     revision = f" · revision r{plan.current_revision}" if plan.current_revision else ""
@@ -76,6 +81,7 @@ def status_comment(
         parts.append(f"Approved: revision r{plan.approved_revision}.")
     if verification is not None and plan.head_sha:
         parts.append(_verification(plan, verification))
+    parts.append(cost_line(plan, spend))
     parts.append("**Commands:** " + " · ".join(f"`{c}`" for c in commands_for(plan)))
     agent = plan.agent or "default"
     parts.append(
@@ -104,6 +110,28 @@ def _verification(plan: Plan, verification: Verification) -> str:
     if plan.state == PlanState.IN_REVIEW:
         lines.append(f"\n`/approve-diff {plan.head_sha}` approves exactly this commit.")
     return "\n".join(lines)
+
+
+def cost_line(plan: Plan, spend: Spend | None) -> str:
+    """Render what the plan has cost and its budget."""
+    spent = str(spend) if spend and spend.source else "$0"
+    budget = f"${plan.budget_usd}" if plan.budget_usd is not None else "no budget set"
+    return f"**Cost so far:** {spent} · **budget:** {budget} (`/budget <usd>` to change)"
+
+
+def cost_reply(plan: Plan, jobs: Sequence[Job], spend: Spend) -> str:
+    """Render the answer to /cost: the plan's spend, job by job."""
+    rows = [
+        "| job | stage | model | input | output | cache read | cache write | $ | source |",
+        "|---|---|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for job in jobs:
+        rows.append(
+            f"| {job.id} | {job.stage} | {job.model or '—'} | {job.input_tokens} | "
+            f"{job.output_tokens} | {job.cache_read_tokens} | {job.cache_write_tokens} | "
+            f"{Decimal(job.cost_usd or 0):.4f} | {job.cost_source or '—'} |"
+        )
+    return f"Plan #{plan.id} has cost {spend} so far.\n\n" + "\n".join(rows)
 
 
 def refusal(raw: str, reason: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,12 @@ class Check:
 
 
 @dataclass(frozen=True)
+class Budget:
+    plan_usd: Decimal | None = None
+    daily_usd: Decimal | None = None
+
+
+@dataclass(frozen=True)
 class RepoConfig:
     label: str = "gaffer"
     agent: str | None = None
@@ -35,6 +42,7 @@ class RepoConfig:
     max_retries: int = 2
     protected_paths: tuple[str, ...] = ()
     require_green: bool = True
+    budget: Budget = field(default_factory=Budget)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -75,6 +83,7 @@ def _validate(raw: dict[str, Any]) -> RepoConfig:
         max_retries=_int(raw, "max_retries", low=0, high=10),
         protected_paths=tuple(_list_of_text(raw, "protected_paths")),
         require_green=_bool(raw, "require_green"),
+        budget=_budget(raw.get("budget") or {}),
         extra=extra,
     )
 
@@ -107,6 +116,21 @@ def _bool(raw: Mapping[str, Any], key: str) -> bool:
     if not isinstance(value, bool):
         raise RepoConfigError(f"`{key}` must be true or false")
     return value
+
+
+def _budget(raw: Any) -> Budget:
+    if not isinstance(raw, dict):
+        raise RepoConfigError("`budget` must be a mapping with `plan_usd` and `daily_usd`")
+    return Budget(_usd(raw, "plan_usd"), _usd(raw, "daily_usd"))
+
+
+def _usd(raw: Mapping[str, Any], key: str) -> Decimal | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise RepoConfigError(f"`budget.{key}` must be a positive number of dollars")
+    return Decimal(str(value))
 
 
 def _checks(items: Any) -> list[Check]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import select, update
 
+from bot.costs import plan_spend
 from bot.db import Database
 from bot.github import RepoClient
 from bot.models import CheckResult, Plan, PlanRevision
@@ -24,7 +25,8 @@ def publish_status(db: Database, client: RepoClient, plan_id: int) -> None:
             .where(CheckResult.plan_id == plan_id, CheckResult.head_sha == plan.head_sha)
             .order_by(CheckResult.id)
         ).all()
-        body = status_comment(plan, text, _verification(client, plan, list(checks)))
+        spend = plan_spend(session, plan_id)
+        body = status_comment(plan, text, _verification(client, plan, list(checks)), spend)
         known_id, number, state = plan.status_comment_id, plan.issue_number, plan.state
     comment_id = client.upsert_status(number, body, known_id)
     if comment_id != known_id:

@@ -6,14 +6,17 @@ import shutil
 import string
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from tasks.pricing import price
 from tasks.runner import RunResult, is_gaffer_secret, run_process, sandbox_env
 from tasks.usage import (
+    LiveUsage,
     QuotaHit,
     Usage,
     parse_aider,
@@ -72,6 +75,9 @@ class AgentResult:
     ok: bool
     error: str | None
     run: RunResult
+    usage: Usage | None = None
+    quota: QuotaHit | None = None
+    over_budget: bool = False
 
 
 def parse_text(output: str) -> AgentOutput:
@@ -224,8 +230,14 @@ def run_agent(
     idle_timeout_s: float | None,
     source_env: Mapping[str, str],
     should_stop: Callable[[], bool] | None = None,
+    spend_limit_usd: Decimal | None = None,
+    prices: Mapping[str, Any] | None = None,
 ) -> AgentResult:
-    """Run the agent for one stage in workdir and return its parsed answer."""
+    """Run the agent for one stage in workdir and return its parsed, priced answer.
+
+    With spend_limit_usd, the agent's live usage (stream formats) is priced as it arrives
+    and the agent is stopped once it has spent the limit.
+    """
     job_dir.mkdir(parents=True, exist_ok=True)
     prompt_file = job_dir / "prompt.md"
     prompt_file.write_text(prompt, encoding="utf-8")
@@ -243,6 +255,7 @@ def run_agent(
     )
     if shutil.which(argv[0], path=env["PATH"]) is None:
         return _not_installed(spec, argv[0])
+    meter = SpendMeter(model, spend_limit_usd, prices)
     run = run_process(
         argv,
         cwd=workdir,
@@ -250,9 +263,46 @@ def run_agent(
         log_path=job_dir / "agent.log",
         timeout_s=timeout_s,
         idle_timeout_s=idle_timeout_s,
-        should_stop=should_stop,
+        should_stop=lambda: meter.over() or bool(should_stop and should_stop()),
+        on_output=meter.feed,
     )
-    error = _failure(spec, run, timeout_s, idle_timeout_s)
-    parsed = _parse(spec, run.output) if error is None else AgentOutput(text="")
-    error = error or parsed.error
-    return AgentResult(text=parsed.text, ok=error is None, error=error, run=run)
+    # Parse even a failed run: a Claude error result or a quota hit still reports usage.
+    parsed = _parse(spec, run.output)
+    usage = price(_named(parsed.usage or meter.usage, model), overrides=prices)
+    if meter.over():
+        stopped = f"agent {spec.name!r} was stopped: it reached the budget of ${spend_limit_usd}"
+        return AgentResult("", False, stopped, run, usage, parsed.quota, over_budget=True)
+    failure = _failure(spec, run, timeout_s, idle_timeout_s) or parsed.error
+    return AgentResult(
+        parsed.text if failure is None else "", failure is None, failure, run, usage, parsed.quota
+    )
+
+
+class SpendMeter:
+    """Price an agent's live usage as its output streams, against an optional limit."""
+
+    def __init__(
+        self, model: str | None, limit: Decimal | None, prices: Mapping[str, Any] | None
+    ) -> None:
+        self._live = LiveUsage()
+        self._model, self._limit, self._prices = model, limit, prices
+        self._over = False
+
+    def feed(self, line: str) -> None:
+        self._live.feed(line)
+        if self._limit is not None and not self._over and self.usage is not None:
+            spent = price(_named(self.usage, self._model), overrides=self._prices).cost_usd
+            self._over = spent is not None and spent >= self._limit
+
+    @property
+    def usage(self) -> Usage | None:
+        return self._live.usage
+
+    def over(self) -> bool:
+        return self._over
+
+
+def _named(usage: Usage | None, model: str | None) -> Usage:
+    # Codex and OpenCode name no model in their events: the chosen one is what was billed.
+    usage = usage or Usage()
+    return usage if usage.model or not model else replace(usage, model=model)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,12 +13,14 @@ from bot.plans import advance
 from bot.repo_config import RepoConfig, fetch_repo_config
 from bot.states import Event
 from bot.status import publish_status
-from tasks.agents import AgentResult, load_agents, run_agent
+from tasks.agents import AgentResult
 from tasks.context import WorkerContext
+from tasks.costs import park
 from tasks.gitcmd import git
-from tasks.leases import finish, is_cancelled
+from tasks.leases import finish
 from tasks.planning import job_dir
 from tasks.prompts import IssueText, execute_prompt, fix_prompt
+from tasks.stage_agent import Held, OverBudget, run_stage_agent
 from tasks.verification import verify
 from tasks.worktrees import (
     WorktreePool,
@@ -77,6 +78,10 @@ def run_execution(wctx: WorkerContext, job: Job) -> None:
             _prepare(wctx, job, plan, client, config, pool.acquire(key, plan.base_sha or ""))
         )
         finish(wctx.db, job.id, wctx.worker_id, JobState.DONE)
+    except Held as held:
+        # The plan stays `executing`; the job waits in the queue and starts from the branch.
+        if park(wctx, job.id, held.until, str(held)):
+            client.reply(plan.issue_number, f"gaffer is holding the work: {held}")
     except StopWork as stop:
         _fail(wctx, job, plan.id, str(stop))
     except Exception as error:  # noqa: BLE001 - any fault fails the job by policy, said on the issue
@@ -172,20 +177,19 @@ def _work_and_verify(space: Workspace) -> None:
 
 
 def _agent(space: Workspace, stage: str, prompt: str) -> AgentResult:
-    wctx, plan = space.wctx, space.plan
-    spec = load_agents(wctx.setting("agents", None))[plan.agent or wctx.settings.default_agent]
-    result = run_agent(
-        spec,
-        stage=stage,
-        prompt=prompt,
-        workdir=space.worktree,
-        job_dir=space.dir,
-        model=plan.model,
-        timeout_s=float(wctx.setting("agent_timeout_s", 3600)),
-        idle_timeout_s=float(wctx.setting("agent_idle_timeout_s", 600)),
-        source_env=os.environ,
-        should_stop=lambda: is_cancelled(wctx.db, space.job.id),
-    )
+    try:
+        result = run_stage_agent(
+            space.wctx,
+            space.job,
+            space.plan,
+            space.config,
+            stage,
+            prompt,
+            space.worktree,
+            space.dir,
+        )
+    except OverBudget as over:
+        raise StopWork(f"Stopped: {over}") from over
     if result.run.stopped:
         raise StopWork("stopped: the plan was cancelled")
     if not result.ok:

@@ -23,7 +23,10 @@ def claim(db: Database, job_id: int, owner: str, lease: timedelta = LEASE) -> bo
             .where(
                 Job.id == job_id,
                 or_(
-                    Job.state == JobState.QUEUED,
+                    and_(
+                        Job.state == JobState.QUEUED,
+                        or_(Job.parked_until.is_(None), Job.parked_until <= now),
+                    ),
                     and_(Job.state == JobState.RUNNING, Job.lease_expires_at < now),
                 ),
             )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from bot.costs import plan_spend
 from bot.github import RepoClient
 from bot.models import Approval, CheckResult, Job, JobState, Plan, PlanRevision, PlanState
 from bot.permissions import may_approve
@@ -99,6 +100,7 @@ def _body(wctx: WorkerContext, client: RepoClient, plan: Plan) -> str:
                 PlanRevision.plan_id == plan.id, PlanRevision.number == plan.approved_revision
             )
         ).one()
+        spend = plan_spend(session, plan.id)
         checks = session.scalars(
             select(CheckResult).where(
                 CheckResult.plan_id == plan.id, CheckResult.head_sha == plan.head_sha
@@ -118,4 +120,5 @@ def _body(wctx: WorkerContext, client: RepoClient, plan: Plan) -> str:
         "Checks:",
     ]
     lines += [f"- gaffer/{c.name}: {c.conclusion} — {c.title or ''}" for c in checks]
+    lines += ["", f"Agent cost for this plan: {spend}."]
     return "\n".join(lines)

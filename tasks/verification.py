@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 
-from bot.models import CheckResult
+from bot.costs import Spend
+from bot.models import CheckResult, Job
 from tasks.checkruns import CheckOutput, check_output, check_run_name, external_id
 from tasks.diffcheck import analyse, changed_files, plan_scope
 from tasks.gitcmd import git
@@ -72,9 +74,17 @@ def _run_check(
         timed_out=run.timed_out,
         output=run.output,
         duration_s=run.duration_s,
+        cost_line=_job_cost(space),
     )
     _complete(space, head_sha, name, ext, output, ref.id)
     return output, run.output
+
+
+def _job_cost(space: Workspace) -> str:
+    with space.wctx.db.session() as session:
+        job = session.get_one(Job, space.job.id)
+        spend = Spend(Decimal(job.cost_usd or 0), job.cost_source)
+    return f"This job's agent runs cost {spend} so far."
 
 
 def _restore(worktree: Path) -> None:

@@ -49,6 +49,7 @@ def label_added(ctx: Context, payload: dict[str, Any]) -> None:
         clone_url=repo["clone_url"],
         agent=config.agent or ctx.settings.default_agent,
         model=config.model,
+        budget_usd=config.budget.plan_usd,
     )
     if not start_plan(ctx.session, plan):
         return

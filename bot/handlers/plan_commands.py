@@ -4,19 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from bot.agent_names import agent_names
 from bot.commands import Command, render_help
 from bot.context import Context
+from bot.costs import plan_jobs, plan_spend
 from bot.github import RepoClient
 from bot.handlers.issues import stop_plan_work
 from bot.models import Approval, CheckResult, Plan, PlanState, utcnow
 from bot.plans import active_plan, add_job, advance, latest_plan
 from bot.queue import RUN_JOB
-from bot.render import refusal, status_reply
+from bot.render import cost_reply, refusal, status_reply
 from bot.repo_config import RepoConfig
 from bot.states import Event
 
@@ -74,7 +77,7 @@ class Request:
 Action = Callable[[Request, Command, Plan], str | None]
 _ACTIONS: dict[str, Action] = {}
 # Commands that act on the issue itself rather than on an active plan.
-_GENERAL = {"help", "status"}
+_GENERAL = {"help", "status", "cost"}
 # Commands that bring an ended plan back.
 _REVIVING = {"retry", "thaw"}
 
@@ -110,13 +113,14 @@ def run(request: Request, command: Command) -> None:
 
 def _answer_general(request: Request, command: Command) -> None:
     request.accept()
+    session = request.ctx.session
+    plan = latest_plan(session, request.repository_id, request.issue_number)
     if command.name == "help":
         request.reply(render_help())
+    elif command.name == "cost" and plan is not None:
+        request.reply(cost_reply(plan, plan_jobs(session, plan.id), plan_spend(session, plan.id)))
     else:
-        session = request.ctx.session
-        request.reply(
-            status_reply(latest_plan(session, request.repository_id, request.issue_number))
-        )
+        request.reply(status_reply(plan))
 
 
 def _wrong_state(command: Command, plan: Plan, *states: PlanState) -> str:
@@ -263,6 +267,27 @@ def thaw_plan(request: Request, command: Command, plan: Plan) -> str | None:
     """Bring an iced plan back as a draft."""
     if not advance(request.ctx.session, plan, Event.THAW, actor=request.actor):
         return _wrong_state(command, plan, PlanState.ICEBOX)
+    return None
+
+
+@action("budget")
+def set_budget(request: Request, command: Command, plan: Plan) -> str | None:
+    """Set the plan's budget in dollars; the agent is stopped when it is spent."""
+    plan.budget_usd = Decimal(command.args["usd"])
+    return None
+
+
+@action("agent")
+def choose_agent(request: Request, command: Command, plan: Plan) -> str | None:
+    """Choose the agent (and model) for the plan's next jobs."""
+    known = agent_names(request.ctx.settings.server_config)
+    if command.args["name"] not in known:
+        return f"There is no agent `{command.args['name']}`. Configured: " + ", ".join(
+            f"`{name}`" for name in known
+        )
+    if plan.state not in (PlanState.PLANNING, PlanState.DRAFT, PlanState.APPROVED):
+        return _wrong_state(command, plan, PlanState.DRAFT)
+    plan.agent, plan.model = command.args["name"], command.args.get("model")
     return None
 
 

@@ -1,0 +1,87 @@
+"""Record what agent runs cost, and hold or stop work that budgets and quotas do not allow."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from sqlalchemy import update
+
+from bot.costs import next_day, plan_spend, repository_spend_on, weakest
+from bot.db import rows_changed
+from bot.models import Job, JobState, Plan, utcnow
+from bot.repo_config import RepoConfig
+from tasks.context import WorkerContext
+from tasks.usage import Usage
+
+# Without a reset time from the provider, try again after this long.
+QUOTA_BACKOFF = timedelta(minutes=15)
+
+
+def add_usage(wctx: WorkerContext, job_id: int, usage: Usage | None) -> None:
+    """Add one agent run's tokens and dollars to its job."""
+    if usage is None:
+        return
+    with wctx.db.session() as session:
+        job = session.get_one(Job, job_id)
+        job.model = usage.model or job.model
+        job.input_tokens += usage.input_tokens
+        job.output_tokens += usage.output_tokens
+        job.cache_read_tokens += usage.cache_read_tokens
+        job.cache_write_tokens += usage.cache_write_tokens
+        job.reasoning_tokens += usage.reasoning_tokens
+        job.cost_usd = Decimal(job.cost_usd or 0) + (usage.cost_usd or Decimal(0))
+        job.cost_source = weakest([job.cost_source, usage.cost_source])
+
+
+def plan_budget(plan: Plan, config: RepoConfig) -> Decimal | None:
+    """Return the plan's budget: its own (/budget) or the repository's default."""
+    return plan.budget_usd if plan.budget_usd is not None else config.budget.plan_usd
+
+
+def spend_left(wctx: WorkerContext, plan: Plan, config: RepoConfig) -> Decimal | None:
+    """Return how many dollars the plan may still spend, or None without a budget."""
+    budget = plan_budget(plan, config)
+    if budget is None:
+        return None
+    with wctx.db.session() as session:
+        return Decimal(budget) - plan_spend(session, plan.id).usd
+
+
+def daily_budget_reached(wctx: WorkerContext, plan: Plan, config: RepoConfig) -> bool:
+    """Tell whether the repository has spent its daily budget today."""
+    if config.budget.daily_usd is None:
+        return False
+    with wctx.db.session() as session:
+        spent = repository_spend_on(session, plan.repository_id, utcnow())
+    return spent >= config.budget.daily_usd
+
+
+def park(wctx: WorkerContext, job_id: int, until: datetime, reason: str) -> bool:
+    """Put a running job back in the queue, not to start before until."""
+    with wctx.db.session() as session:
+        parked = (
+            update(Job)
+            .where(
+                Job.id == job_id, Job.lease_owner == wctx.worker_id, Job.state == JobState.RUNNING
+            )
+            .values(
+                state=JobState.QUEUED,
+                parked_until=until,
+                lease_owner=None,
+                lease_expires_at=None,
+                error=reason,
+            )
+        )
+        return rows_changed(session, parked) == 1
+
+
+def tomorrow() -> datetime:
+    """Return the start of the next UTC day, when daily budgets begin again."""
+    return next_day(utcnow())
+
+
+def quota_reset(retry_after_s: float | None) -> datetime:
+    """Return when to try again after a quota or rate limit."""
+    wait = timedelta(seconds=retry_after_s) if retry_after_s else QUOTA_BACKOFF
+    return utcnow() + wait

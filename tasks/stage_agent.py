@@ -1,0 +1,89 @@
+"""Run a stage's agent within the budgets, park it on quota limits, and record its cost."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from pathlib import Path
+
+from bot.models import Job, Plan
+from bot.repo_config import RepoConfig
+from tasks.agents import AgentResult, load_agents, run_agent
+from tasks.context import WorkerContext
+from tasks.costs import (
+    add_usage,
+    daily_budget_reached,
+    plan_budget,
+    quota_reset,
+    spend_left,
+    tomorrow,
+)
+from tasks.leases import is_cancelled
+
+
+class Held(Exception):
+    """The job must wait until a time; the message says why, for the issue."""
+
+    def __init__(self, until: datetime, message: str) -> None:
+        super().__init__(message)
+        self.until = until
+
+
+class OverBudget(Exception):
+    """The plan's budget is spent; the message says how to go on."""
+
+
+def run_stage_agent(
+    wctx: WorkerContext,
+    job: Job,
+    plan: Plan,
+    config: RepoConfig,
+    stage: str,
+    prompt: str,
+    workdir: Path,
+    job_dir: Path,
+) -> AgentResult:
+    """Run the plan's agent for stage, enforcing budgets and parking on quota limits."""
+    if daily_budget_reached(wctx, plan, config):
+        raise Held(
+            tomorrow(),
+            f"the repository has spent its daily budget of "
+            f"${config.budget.daily_usd}; the job starts again tomorrow "
+            "(UTC) or when `budget.daily_usd` is raised.",
+        )
+    left = spend_left(wctx, plan, config)
+    if left is not None and left <= 0:
+        raise OverBudget(_over_budget_message(plan, config))
+    spec = load_agents(wctx.setting("agents", None))[plan.agent or wctx.settings.default_agent]
+    result = run_agent(
+        spec,
+        stage=stage,
+        prompt=prompt,
+        workdir=workdir,
+        job_dir=job_dir,
+        model=plan.model,
+        timeout_s=float(wctx.setting("agent_timeout_s", 3600)),
+        idle_timeout_s=float(wctx.setting("agent_idle_timeout_s", 600)),
+        source_env=os.environ,
+        should_stop=lambda: is_cancelled(wctx.db, job.id),
+        spend_limit_usd=left,
+        prices=wctx.setting("prices", None),
+    )
+    add_usage(wctx, job.id, result.usage)
+    if result.over_budget:
+        raise OverBudget(_over_budget_message(plan, config))
+    if result.quota is not None:
+        until = quota_reset(result.quota.retry_after_s)
+        raise Held(
+            until,
+            f"the agent hit its provider's limit ({result.quota.reason}); "
+            f"gaffer resumes the job at {until:%Y-%m-%d %H:%M} UTC.",
+        )
+    return result
+
+
+def _over_budget_message(plan: Plan, config: RepoConfig) -> str:
+    return (
+        f"the plan reached its budget of ${plan_budget(plan, config)}. "
+        "Raise it with `/budget <usd>` and answer `/retry` to go on."
+    )
