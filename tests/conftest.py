@@ -14,9 +14,11 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from sqlalchemy import create_engine, text
 
 from bot.app import create_app
+from bot.double.driver import IssueFlow
 from bot.migrate import upgrade
 from bot.settings import Settings
-from tests.conftest_git import make_origin
+from tests.conftest_git import commit_to_origin, make_origin
+from tests.in_process import BODY, CONFIG, InProcess
 from tests.support import WEBHOOK_SECRET, Backend
 
 PG_ADMIN_URL = os.environ.get(
@@ -199,3 +201,13 @@ def wctx(settings: Settings, app, github_http, server_config: Path):
     context = WorkerContext.build(worker_settings, app.extensions["gaffer_celery"])
     yield context
     context.db.dispose()
+
+
+@pytest.fixture
+def here(app, client, github_http, origin: Path, wctx) -> InProcess:
+    """An issue whose deliveries and jobs this process handles, as a worker would."""
+    commit_to_origin(origin, {".github/gaffer.yml": CONFIG}, "configure gaffer")
+    flow = IssueFlow(
+        app, client, github_http, origin, REPO, INSTALLATION_ID, WEBHOOK_SECRET, body=BODY
+    ).open()
+    return InProcess(flow, wctx)

@@ -8,7 +8,7 @@ from bot.models import PlanState
 from tasks.gitcmd import git
 from tests.conftest import REPO
 from tests.conftest_git import commit_to_origin
-from tests.reliability.conftest import CONFIG, InProcess
+from tests.in_process import CONFIG, InProcess
 
 
 def test_approve_diff_for_a_sha_that_is_not_the_head_is_refused_with_the_head_shown(

@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
-import pytest
 from sqlalchemy import select
 
 from bot.double.driver import IssueFlow
 from bot.models import Delivery, Job, JobState, Plan, PlanState
 from tasks.deliveries import process_delivery
 from tasks.jobs import run_job
-from tests.conftest import INSTALLATION_ID, REPO
-from tests.conftest_git import commit_to_origin
-from tests.support import WEBHOOK_SECRET
 
 CONFIG = "checks:\n  - name: tests\n    run: 'true'\n    timeout: 30\n"
 BODY = "```gaffer-script\nexecute:\n  - write: {path: fix.txt, content: ok}\n```\n"
@@ -61,13 +56,8 @@ class InProcess:
 
     def _jobs(self) -> list[int]:
         with self.wctx.db.session() as session:  # type: ignore[attr-defined]
-            return list(session.scalars(select(Job.id).where(Job.state == JobState.QUEUED)))
-
-
-@pytest.fixture
-def here(app, client, github_http, origin: Path, wctx) -> InProcess:
-    commit_to_origin(origin, {".github/gaffer.yml": CONFIG}, "configure gaffer")
-    flow = IssueFlow(
-        app, client, github_http, origin, REPO, INSTALLATION_ID, WEBHOOK_SECRET, body=BODY
-    ).open()
-    return InProcess(flow, wctx)
+            # A parked job (held by a budget or a quota) waits: it is not runnable now.
+            runnable = select(Job.id).where(
+                Job.state == JobState.QUEUED, Job.parked_until.is_(None)
+            )
+            return list(session.scalars(runnable))

@@ -1,0 +1,38 @@
+"""Agents that print what real CLIs print, defined in the server settings file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+FAKES = Path(__file__).resolve().parents[1] / "fixtures" / "fake_agents"
+
+
+@pytest.fixture
+def server_config(tmp_path: Path) -> Path:
+    agents = {
+        name: {
+            "command": ["{python}", str(FAKES / f"{script}.py"), "{prompt_file}"],
+            "output": output,
+        }
+        for name, script, output in [
+            ("claude-like", "claude_like", "claude-json"),
+            ("codex-like", "codex_like", "codex-jsonl"),
+            ("streaming-claude", "streaming_claude", "claude-json"),
+        ]
+    }
+    path = tmp_path / "gaffer-server.yml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "agent_timeout_s": 60,
+                "agent_idle_timeout_s": 30,
+                "github_seconds_between_requests": 0,
+                "github_seconds_between_writes": 0,
+                "agents": agents,
+            }
+        )
+    )
+    return path
