@@ -24,6 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker.add_argument("queues", nargs="?", default="github,agent")
     worker.add_argument("--concurrency", default="2")
     worker.add_argument("--beat", action="store_true")
+    commands.add_parser("cost", help="what agents cost: by repository, stage, day, merged PR")
     db = commands.add_parser("db", help="database commands")
     db.add_argument("action", choices=["upgrade"])
     args = parser.parse_args(argv)
@@ -44,6 +45,17 @@ def _db(settings: Settings, _args: argparse.Namespace) -> int:
 
     upgrade(settings.database_url)
     print(f"gaffer: database at {_safe(settings.database_url)} is up to date")
+    return 0
+
+
+def _cost(settings: Settings, _args: argparse.Namespace) -> int:
+    from bot.cost_report import cost_report
+    from bot.db import Database
+
+    database = Database(settings.database_url)
+    with database.session() as session:
+        print(cost_report(session))
+    database.dispose()
     return 0
 
 
@@ -138,7 +150,7 @@ def _safe(url: str) -> str:
     return f"{scheme}://…@{rest.split('@', 1)[1]}"
 
 
-_COMMANDS = {"run": _run, "web": _web, "worker": _worker, "db": _db}
+_COMMANDS = {"run": _run, "web": _web, "worker": _worker, "db": _db, "cost": _cost}
 
 
 if __name__ == "__main__":
