@@ -15,6 +15,8 @@ from bot.states import Event, events_from
 _COMMAND_FOR = {
     Event.APPROVE: "/approve r{revision}",
     Event.REVISE: "/revise <feedback>",
+    Event.EXPAND: "/expand",
+    Event.SPLIT: "/split",
     Event.REJECT: "/reject [reason]",
     Event.ICEBOX: "/icebox",
     Event.THAW: "/thaw",

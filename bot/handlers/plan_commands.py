@@ -219,7 +219,30 @@ def revise_plan(request: Request, command: Command, plan: Plan) -> str | None:
         return _rework(request, plan, feedback)
     if plan.state != PlanState.DRAFT:
         return _wrong_state(command, plan, PlanState.DRAFT, PlanState.IN_REVIEW)
-    if not advance(request.ctx.session, plan, Event.REVISE, actor=request.actor, reason=feedback):
+    return _replan(request, plan, Event.REVISE, feedback)
+
+
+# What /expand and /split ask of the planning agent.
+REPLAN_FEEDBACK = {
+    "expand": "Expand the plan: more detail per step, the exact files and functions to change, "
+    "and the tests that will prove each step.",
+    "split": "Split the work into smaller plans that can each be reviewed and merged on their "
+    "own. Describe each part with its own scope; this plan covers the first part only.",
+}
+
+
+@action("expand")
+@action("split")
+def replan(request: Request, command: Command, plan: Plan) -> str | None:
+    """Ask the agent for a more detailed plan, or for the first of several smaller ones."""
+    if plan.state != PlanState.DRAFT:
+        return _wrong_state(command, plan, PlanState.DRAFT)
+    event = Event.EXPAND if command.name == "expand" else Event.SPLIT
+    return _replan(request, plan, event, REPLAN_FEEDBACK[command.name])
+
+
+def _replan(request: Request, plan: Plan, event: Event, feedback: str) -> str | None:
+    if not advance(request.ctx.session, plan, event, actor=request.actor, reason=feedback):
         return "The plan changed while this command was handled; read it again."
     _queue(request, plan, "revise", f"plan:r{plan.current_revision + 1}", feedback=feedback)
     return None

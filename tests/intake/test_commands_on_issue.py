@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from bot.handlers.plan_commands import REPLAN_FEEDBACK
 from bot.models import Delivery, Job, Plan, PlanState
 from tasks.deliveries import process_delivery
 from tasks.jobs import run_job
@@ -212,3 +213,14 @@ def test_help_lists_every_command(wctx, client, github, thread, draft) -> None:
         if "/approve-diff" in c["body"] and "gaffer:status" not in c["body"]
     ]
     assert all(f"/{spec.name}" in help_text for spec in REGISTRY)
+
+
+@pytest.mark.parametrize("name", ["expand", "split"])
+def test_expand_and_split_ask_for_a_new_revision(wctx, client, github, thread, draft, name) -> None:
+    handle(wctx, client, "issue_comment", command(github, thread, f"/{name}"))
+    run_queued_jobs(wctx)
+    plan = the_plan(wctx)
+    assert (plan.state, plan.current_revision) == (PlanState.DRAFT, 2)
+    with wctx.db.session() as session:
+        [job] = session.scalars(select(Job).where(Job.key == "plan:r2")).all()
+        assert job.feedback == REPLAN_FEEDBACK[name]

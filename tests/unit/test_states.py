@@ -74,6 +74,8 @@ class _Plan:
             [
                 "/approve r2",
                 "/revise <feedback>",
+                "/expand",
+                "/split",
                 "/reject [reason]",
                 "/icebox",
                 "/cancel",
