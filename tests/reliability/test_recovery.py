@@ -105,20 +105,25 @@ def add_job(wctx, plan_id: int, stage: str, **values: Any) -> int:
         return job.id
 
 
-def worker_died(wctx, job_id: int, attempts: int = 1) -> None:
-    """Leave the job as a SIGKILLed worker does: running, its lease run out."""
+def running(wctx, job_id: int, lease_left: timedelta, attempts: int = 1) -> None:
+    """Mark the job taken by a worker whose lease has lease_left to run (negative: expired)."""
     with wctx.db.session() as session:
         session.execute(
             update(Job)
             .where(Job.id == job_id)
             .values(
                 state=JobState.RUNNING,
-                lease_owner="gone-host:4242",
-                lease_expires_at=utcnow() - timedelta(minutes=1),
+                lease_owner="worker-host:4242",
+                lease_expires_at=utcnow() + lease_left,
                 attempts=attempts,
                 started_at=utcnow() - timedelta(minutes=5),
             )
         )
+
+
+def worker_died(wctx, job_id: int, attempts: int = 1) -> None:
+    """Leave the job as a SIGKILLed worker does: running, its lease run out."""
+    running(wctx, job_id, -timedelta(minutes=1), attempts)
 
 
 def the_plan(wctx) -> Plan:
@@ -330,9 +335,7 @@ def test_a_job_that_needs_no_recovery_is_not_resumed(
 ) -> None:
     plan_id, job_id = labeled_plan(wctx, client, thread)
     set_plan(wctx, plan_id, state=plan_state)
-    worker_died(wctx, job_id)
-    with wctx.db.session() as session:
-        session.get_one(Job, job_id).lease_expires_at = utcnow() + lease
+    running(wctx, job_id, lease)
     broker.clear()
     reconcile_once(wctx, caplog)
     assert the_job(wctx, job_id).state == job_state
@@ -340,15 +343,36 @@ def test_a_job_that_needs_no_recovery_is_not_resumed(
     assert replies(github) == [] and broker == []
 
 
-def test_a_queued_job_nobody_took_is_sent_again(
-    wctx, client, github, thread, broker, caplog
+@pytest.mark.parametrize(
+    ("waited", "parked_for", "sent"),
+    [
+        pytest.param(timedelta(hours=1), None, True, id="a queued job nobody took is sent again"),
+        pytest.param(timedelta(minutes=1), None, False, id="a job queued a moment ago waits"),
+        pytest.param(
+            timedelta(hours=1),
+            timedelta(hours=2),
+            False,
+            id="a job parked until its quota resets waits",
+        ),
+        pytest.param(
+            timedelta(hours=1),
+            -timedelta(minutes=1),
+            True,
+            id="a parked job is sent again once its quota has reset",
+        ),
+    ],
+)
+def test_a_queued_job_is_sent_again_when_it_waited_too_long(
+    wctx, client, github, thread, broker, caplog, waited, parked_for, sent
 ) -> None:
     _, job_id = labeled_plan(wctx, client, thread)
     with wctx.db.session() as session:
-        session.get_one(Job, job_id).created_at = utcnow() - timedelta(hours=1)
+        job = session.get_one(Job, job_id)
+        job.created_at = utcnow() - waited
+        job.parked_until = utcnow() + parked_for if parked_for else None
     broker.clear()
     reconcile_once(wctx, caplog)
-    assert broker == [(RUN_JOB, {"job_id": job_id})]
+    assert broker == ([(RUN_JOB, {"job_id": job_id})] if sent else [])
     assert the_job(wctx, job_id).state == JobState.QUEUED
     assert replies(github) == []
 
@@ -356,47 +380,54 @@ def test_a_queued_job_nobody_took_is_sent_again(
 # --------------------------------------------------------------------------- worktrees
 
 
+# What the reaper leaves: (the worktree, the plan branch in the mirror).
+ALL_REMOVED, ALL_KEPT, BRANCH_KEPT = (False, False), (True, True), (False, True)
+
+
 @pytest.mark.parametrize(
-    ("plan_state", "job_running", "unpushed", "worktree_kept", "branch_kept"),
+    ("plan_state", "left_behind", "kept"),
     [
-        pytest.param(PlanState.REJECTED, False, False, False, False, id="an orphaned worktree is removed"),
-        pytest.param(PlanState.EXECUTING, False, False, True, True, id="an active plan's worktree is kept"),
+        pytest.param(PlanState.REJECTED, None, ALL_REMOVED, id="an orphaned worktree is removed"),
+        pytest.param(PlanState.EXECUTING, None, ALL_KEPT, id="an active plan's worktree is kept"),
         pytest.param(
-            PlanState.CANCELLED, True, False, True, True,
-            id="a worktree whose job still runs is kept",
+            PlanState.CANCELLED,
+            "a running job",
+            ALL_KEPT,
+            id="the worktree of a job still running is kept",
         ),
-        pytest.param(PlanState.FAILED, False, True, False, True, id="a branch with unpushed work is kept"),
+        pytest.param(
+            PlanState.FAILED,
+            "an unpushed commit",
+            BRANCH_KEPT,
+            id="a branch with unpushed work is kept",
+        ),
     ],
-)  # fmt: skip
+)
 def test_the_reaper_removes_worktrees_of_ended_plans_only(
-    wctx, client, thread, origin, caplog, plan_state, job_running, unpushed, worktree_kept,
-    branch_kept,
-) -> None:  # fmt: skip
+    wctx, client, thread, origin, caplog, plan_state, left_behind, kept
+) -> None:
     plan_id = drafted_plan(wctx, client, thread)
     home = wctx.settings.home
     mirror = ensure_mirror(home, REPO, str(origin), None)
     base = git(["rev-parse", "refs/remotes/origin/main"], cwd=mirror)
     worktree = WorktreePool(home, REPO, mirror).acquire(f"plan-{plan_id}", base)
     create_branch(worktree, BRANCH, base)
-    if unpushed:
+    if left_behind == "an unpushed commit":
         (worktree / "notes.txt").write_text("never pushed\n")
         git(["add", "--all"], cwd=worktree)
         git(["commit", "--quiet", "-m", "work in progress"], cwd=worktree)
     set_plan(wctx, plan_id, state=plan_state)
-    if job_running:
-        job_id = add_job(wctx, plan_id, "execute")
-        worker_died(wctx, job_id)
-        with wctx.db.session() as session:
-            session.get_one(Job, job_id).lease_expires_at = utcnow() + timedelta(minutes=1)
+    if left_behind == "a running job":
+        running(wctx, add_job(wctx, plan_id, "execute"), timedelta(minutes=1))
 
     reconcile_once(wctx, caplog)
     reconcile_once(wctx, caplog)
 
-    assert worktree.exists() == worktree_kept
-    assert (f"plan-{plan_id}" in WorktreePool(home, REPO, mirror).leases()) == worktree_kept
+    leased = f"plan-{plan_id}" in WorktreePool(home, REPO, mirror).leases()
     has_branch = BRANCH in git(["branch", "--list", BRANCH], cwd=mirror)
-    assert has_branch == branch_kept
-    if unpushed:
+    assert (worktree.exists(), has_branch) == kept
+    assert leased == kept[0]
+    if left_behind == "an unpushed commit":
         assert unpushed_commits(mirror, BRANCH) == 1
         assert f"kept branch {BRANCH}" in caplog.text
 
@@ -419,14 +450,21 @@ def delete_comment_and_forget_its_id(github, wctx) -> None:
     forget_status_comment_id(github, wctx)
 
 
-def set_wrong_label(github, wctx) -> None:
+def relabel(github, *names: str) -> None:
+    """Leave issue #1 with exactly these labels, as a person editing them would."""
     with github.lock:
-        github.issue_record(REPO, 1).labels = ["bug", "gaffer: planning"]
+        record = github.issue_record(REPO, 1)
+        record.labels = []
+        for name in names:
+            github.attach_label(record, name)
+
+
+def set_wrong_label(github, wctx) -> None:
+    relabel(github, "bug", "gaffer: planning")
 
 
 def remove_label(github, wctx) -> None:
-    with github.lock:
-        github.issue_record(REPO, 1).labels = ["bug"]
+    relabel(github, "bug")
 
 
 @pytest.mark.parametrize(
@@ -445,11 +483,10 @@ def remove_label(github, wctx) -> None:
         pytest.param(remove_label, id="a removed state label is put back"),
     ],
 )
-def test_the_issue_shows_the_status_again(
-    wctx, client, github, thread, caplog, damage
-) -> None:
-    drafted_plan(wctx, client, thread)
+def test_the_issue_shows_the_status_again(wctx, client, github, thread, caplog, damage) -> None:
+    plan_id = drafted_plan(wctx, client, thread)
     damage(github, wctx)
+    set_plan(wctx, plan_id, updated_at=utcnow() - timedelta(minutes=10))
     reconcile_once(wctx, caplog)
     reconcile_once(wctx, caplog)
     [status] = status_comments(github)
@@ -460,17 +497,33 @@ def test_the_issue_shows_the_status_again(
 
 
 def test_a_status_that_is_right_costs_no_writes(wctx, client, github, thread, caplog) -> None:
-    drafted_plan(wctx, client, thread)
+    plan_id = drafted_plan(wctx, client, thread)
+    set_plan(wctx, plan_id, updated_at=utcnow() - timedelta(minutes=10))
     before = len(github.requests)
     reconcile_once(wctx, caplog)
     writes = [r for r in github.requests[before:] if r.method != "GET"]
     assert writes == []
 
 
-def test_a_plan_that_ended_days_ago_is_left_alone(wctx, client, github, thread, caplog) -> None:
+@pytest.mark.parametrize(
+    ("state", "changed"),
+    [
+        pytest.param(
+            PlanState.REJECTED, timedelta(days=3), id="a plan that ended days ago is left alone"
+        ),
+        pytest.param(
+            PlanState.DRAFT,
+            timedelta(seconds=5),
+            id="a plan that just changed is left to the worker publishing it",
+        ),
+    ],
+)
+def test_a_plan_outside_the_checked_window_is_left_alone(
+    wctx, client, github, thread, caplog, state, changed
+) -> None:
     plan_id = drafted_plan(wctx, client, thread)
     delete_status_comment(github, wctx)
-    set_plan(wctx, plan_id, state=PlanState.REJECTED, updated_at=utcnow() - timedelta(days=3))
+    set_plan(wctx, plan_id, state=state, updated_at=utcnow() - changed)
     reconcile_once(wctx, caplog)
     assert status_comments(github) == []
 
