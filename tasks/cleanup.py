@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bot.models import Plan, PlanState
 from tasks.context import WorkerContext
-from tasks.worktrees import WorktreePool, mirror_path
+from tasks.worktrees import WorktreePool, mirror_path, plan_key
 
 # A failed plan may be retried from its pushed branch; every other ending frees it.
 _KEEP_BRANCH = frozenset({PlanState.FAILED})
@@ -17,7 +17,7 @@ def cleanup_plan(wctx: WorkerContext, *, plan_id: int) -> None:
     mirror = mirror_path(wctx.settings.home, plan.repository.full_name)
     if (mirror / "HEAD").exists():
         WorktreePool(wctx.settings.home, plan.repository.full_name, mirror).discard(
-            f"plan-{plan.id}"
+            plan_key(plan.id)
         )
     if plan.branch and plan.state not in _KEEP_BRANCH:
         wctx.client(plan.installation_id, plan.repository.full_name).delete_branch(plan.branch)

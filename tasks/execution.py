@@ -27,6 +27,7 @@ from tasks.worktrees import (
     create_branch,
     ensure_mirror,
     mirror_path,
+    plan_key,
     push_branch,
     resolve_ref,
 )
@@ -69,7 +70,7 @@ def run_execution(wctx: WorkerContext, job: Job) -> None:
         return
     client = wctx.client(plan.installation_id, plan.repository.full_name)
     publish_status(wctx.db, client, plan.id)
-    key = f"plan-{plan.id}"
+    key = plan_key(plan.id)
     pool: WorktreePool | None = None
     try:
         config = fetch_repo_config(client, wctx.setting("defaults", None))

@@ -27,7 +27,7 @@ from bot.routing import handles
 from bot.states import TERMINAL, Event
 from bot.status import publish_status
 from tasks.context import WorkerContext
-from tasks.worktrees import ReapReport, WorktreeError, WorktreePool, split_full_name
+from tasks.worktrees import ReapReport, WorktreeError, WorktreePool, plan_key, split_full_name
 
 log = logging.getLogger(__name__)
 
@@ -279,11 +279,6 @@ def reap_worktrees(wctx: WorkerContext) -> dict[str, ReapReport]:
     return reports
 
 
-def worktree_key(plan_id: int) -> str:
-    """Return the key a plan leases its worktree under (as tasks/execution.py does)."""
-    return f"plan-{plan_id}"
-
-
 def _plans_holding_worktrees(wctx: WorkerContext) -> set[str]:
     # A job still running on a plan that just ended keeps its worktree until the job stops.
     now = utcnow()
@@ -292,7 +287,7 @@ def _plans_holding_worktrees(wctx: WorkerContext) -> set[str]:
         ids = session.scalars(
             select(Plan.id).where(or_(Plan.state.not_in(ENDED), Plan.id.in_(running)))
         ).all()
-    return {worktree_key(plan_id) for plan_id in ids}
+    return {plan_key(plan_id) for plan_id in ids}
 
 
 def _mirrors(home: Path) -> Iterator[tuple[str, Path]]:

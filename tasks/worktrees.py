@@ -64,6 +64,11 @@ def _locked(lock_path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def plan_key(plan_id: int) -> str:
+    """Return the key a plan's worktree is leased under in its repository's pool."""
+    return f"plan-{plan_id}"
+
+
 def split_full_name(full_name: str) -> tuple[str, str]:
     """Split 'owner/name', refusing anything that could escape the home directory."""
     owner, _, name = full_name.partition("/")
