@@ -23,6 +23,11 @@ def server_config(tmp_path: Path) -> Path:
             ("streaming-claude", "streaming_claude", "claude-json"),
         ]
     }
+    agents["quota-hit"] = {
+        "command": ["{python}", str(FAKES / "replay.py"),
+                    str(FAKES.parent / "agents" / "claude-usage-limit.json"), "1"],
+        "output": "claude-json",
+    }
     path = tmp_path / "gaffer-server.yml"
     path.write_text(
         yaml.safe_dump(

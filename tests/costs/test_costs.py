@@ -100,3 +100,13 @@ def test_an_unknown_agent_gets_the_list_of_configured_ones(here: InProcess) -> N
     assert "There is no agent `nonesuch`" in reply and "`claude-like`" in reply
     here.comment("/agent codex-like gpt-4o")
     assert here.flow.plan().agent == "codex-like"
+
+
+def test_an_agent_stopped_by_its_quota_is_parked_not_failed(here: InProcess) -> None:
+    configure(here, "agent: quota-hit\n")
+    here.flow.label()
+    plan = here.settle()
+    assert plan.state == PlanState.PLANNING  # waiting, not failed
+    [job] = jobs(here)
+    assert job.state == "queued" and job.parked_until is not None
+    assert any("provider's limit" in c["body"] for c in here.flow.comments())
