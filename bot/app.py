@@ -22,6 +22,10 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> Flask:
     from bot import webhooks
 
     app.register_blueprint(webhooks.bp)
+    if settings.jam_webhook_secret:  # no secret, no route: unsigned Jam reports are never read
+        from bot.jam import receiver
+
+        receiver.init_app(app, settings.jam_webhook_secret)
     app.add_url_rule("/healthz", "healthz", _healthz)
     return app
 

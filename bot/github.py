@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
+import requests
 from github import Auth, Github, GithubException, GithubIntegration, GithubRetry
 from requests.utils import parse_header_links
 
@@ -17,6 +21,14 @@ STATUS_MARKER = "<!-- gaffer:status -->"
 LABEL_PREFIX = "gaffer: "
 # Renew a little before GitHub's expiry so a token never dies in the middle of a git push.
 TOKEN_MARGIN = timedelta(minutes=5)
+# The transport repeats only requests that mean the same the second time. A POST that timed
+# out may have created its object, so creates are repeated by `rewrite`, which looks first.
+REPEATABLE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+# Never sleep longer than this on one Retry-After; the job fails and is retried instead.
+MAX_RETRY_AFTER_S = 60.0
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class PermissionUnknown(Exception):
@@ -38,7 +50,10 @@ class GitHubApp:
         self.settings = settings
         self.app_id = int(settings.app_id)
         self._auth = Auth.AppAuth(settings.app_id, settings.private_key)
-        self._retry = GithubRetry(total=retries, backoff_factor=0.5)
+        self._retry = GithubRetry(
+            total=retries, backoff_factor=0.5, allowed_methods=REPEATABLE_METHODS
+        )
+        self._writes = Rewriter(attempts=retries + 1, backoff_s=0.5)
         # PyGithub paces requests to stay clear of secondary rate limits; tests set 0.
         config = settings.server_config
         self._pace: dict[str, Any] = {
@@ -59,7 +74,10 @@ class GitHubApp:
         with self._lock:
             cached = self._tokens.get(installation_id)
             if cached is None or cached.expires_at - TOKEN_MARGIN <= datetime.now(UTC):
-                access = self.integration().get_access_token(installation_id)
+                # A second token is harmless, so a lost answer is simply asked again.
+                access = self._writes.rewrite(
+                    lambda: self.integration().get_access_token(installation_id)
+                )
                 cached = _Token(access.token, _aware(access.expires_at))
                 self._tokens[installation_id] = cached
             return cached.value
@@ -72,7 +90,7 @@ class GitHubApp:
             retry=self._retry,
             **self._pace,
         )
-        return RepoClient(gh, full_name, self.app_id)
+        return RepoClient(gh, full_name, self.app_id, self._writes)
 
     def hook_deliveries(
         self, *, per_page: int = 100, cursor: str | None = None, failed_only: bool = True
@@ -93,6 +111,49 @@ class GitHubApp:
         self.integration().requester.requestJsonAndCheck(
             "POST", f"/app/hook/deliveries/{delivery_id}/attempts"
         )
+
+
+class Rewriter:
+    """Repeat a write that GitHub did not answer, each time running it whole again.
+
+    A write passed in must be safe to run twice: it looks for what an earlier attempt may
+    have made (by marker, external_id or head branch) before it creates anything.
+    """
+
+    def __init__(self, attempts: int = 5, backoff_s: float = 0.5) -> None:
+        self.attempts = attempts
+        self.backoff_s = backoff_s
+
+    def rewrite(self, write: Callable[[], T]) -> T:
+        """Return write()'s result, running it again after a 5xx, rate limit or timeout."""
+        attempt = 1
+        while True:
+            try:
+                return write()
+            except Exception as error:
+                delay = self._delay(error, attempt)
+                if delay is None or attempt >= self.attempts:
+                    raise
+                log.info("GitHub write failed (%s); again in %.1f s", error, delay)
+                time.sleep(delay)
+                attempt += 1
+
+    def _delay(self, error: Exception, attempt: int) -> float | None:
+        """Return how long to wait before the next attempt, or None when it would not help."""
+        backoff = self.backoff_s * 2 ** (attempt - 1)
+        if isinstance(error, requests.RequestException):  # timeouts, resets, retries spent
+            return backoff
+        if not isinstance(error, GithubException):
+            return None
+        headers = {key.lower(): value for key, value in (error.headers or {}).items()}
+        if error.status in (403, 429) and ("retry-after" in headers or _rate_limited(error)):
+            return min(float(headers.get("retry-after") or backoff), MAX_RETRY_AFTER_S)
+        return backoff if error.status >= 500 else None
+
+
+def _rate_limited(error: GithubException) -> bool:
+    message = error.data.get("message", "") if isinstance(error.data, dict) else ""
+    return "rate limit" in str(message).lower()
 
 
 def _next_cursor(headers: dict[str, Any]) -> str | None:
@@ -131,6 +192,7 @@ class PullsMixin:
     """Branches, check runs and pull requests: the write side of the diff checkpoint."""
 
     repo: Any
+    writes: Rewriter
 
     def branch_sha(self, branch: str) -> str | None:
         """Return the branch's head on GitHub, or None when it does not exist."""
@@ -159,6 +221,13 @@ class PullsMixin:
 
     def check_run(self, head_sha: str, name: str, external_id: str, **fields: Any) -> CheckRunRef:
         """Create or update the check run with this external_id on head_sha."""
+        return self.writes.rewrite(
+            lambda: self._write_check_run(head_sha, name, external_id, fields)
+        )
+
+    def _write_check_run(
+        self, head_sha: str, name: str, external_id: str, fields: dict[str, Any]
+    ) -> CheckRunRef:
         existing = self._find_check_run(head_sha, name, external_id)
         if existing is None:
             run = self.repo.create_check_run(
@@ -178,6 +247,10 @@ class PullsMixin:
 
     def open_pull(self, branch: str, base: str, title: str, body: str) -> tuple[int, str]:
         """Return (number, head sha) of the branch's open PR, creating it if there is none."""
+        return self.writes.rewrite(lambda: self._write_pull(branch, base, title, body))
+
+    def _write_pull(self, branch: str, base: str, title: str, body: str) -> tuple[int, str]:
+        # A create that timed out may have opened the PR: look before creating again.
         owner = self.repo.owner.login
         for pull in self.repo.get_pulls(state="open", head=f"{owner}:{branch}"):
             return int(pull.number), str(pull.head.sha)
@@ -185,7 +258,7 @@ class PullsMixin:
         return int(pull.number), str(pull.head.sha)
 
     def close_pull(self, number: int) -> None:
-        self.repo.get_pull(number).edit(state="closed")
+        self.writes.rewrite(lambda: self.repo.get_pull(number).edit(state="closed"))
 
     def pull_request_template(self) -> str | None:
         """Return the repository's pull request template from its default branch, if any."""
@@ -207,10 +280,13 @@ PR_TEMPLATES = (
 class RepoClient(PullsMixin):
     """The calls gaffer makes on one repository, each looking up before it creates."""
 
-    def __init__(self, gh: Github, full_name: str, app_id: int) -> None:
+    def __init__(
+        self, gh: Github, full_name: str, app_id: int, writes: Rewriter | None = None
+    ) -> None:
         self.gh = gh
         self.full_name = full_name
         self.app_id = app_id
+        self.writes = writes or Rewriter()
         self._repo: Any = None
 
     @property
@@ -233,16 +309,51 @@ class RepoClient(PullsMixin):
     def issue(self, number: int) -> Any:
         return self.repo.get_issue(number)
 
+    def open_issue_once(
+        self, title: str, body: str, labels: list[str], marker: str, since: datetime
+    ) -> int:
+        """Return the number of gaffer's issue carrying marker, opening it if there is none.
+
+        Only issues updated after `since` are searched: pass a time before any earlier
+        attempt could have opened the issue.
+        """
+        return self.writes.rewrite(lambda: self._write_issue(title, body, labels, marker, since))
+
+    def _write_issue(
+        self, title: str, body: str, labels: list[str], marker: str, since: datetime
+    ) -> int:
+        # A create that timed out may have opened the issue: look by marker before creating.
+        for issue in self.repo.get_issues(state="all", since=since):
+            if marker in (issue.body or "") and self._opened_by_this_app(issue):
+                return int(issue.number)
+        return int(self.repo.create_issue(title=title, body=body, labels=labels).number)
+
+    def _opened_by_this_app(self, issue: Any) -> bool:
+        # Issues opened with an installation token are the bot user's own, and GitHub may
+        # leave performed_via_github_app empty on them: when it is set, it must be this App.
+        app = issue.raw_data.get("performed_via_github_app") or {}
+        return issue.user.type == "Bot" and app.get("id", self.app_id) == self.app_id
+
     def reply(self, number: int, body: str) -> int:
-        """Post a new comment on an issue and return its id."""
-        return int(self.issue(number).create_comment(body).id)
+        """Post a new comment on an issue and return its id.
+
+        A reply carries no marker to look for, so one whose answer was lost is posted again:
+        a rare duplicate reply is better than a question left without an answer.
+        """
+        return self.writes.rewrite(lambda: int(self.issue(number).create_comment(body).id))
 
     def react(self, number: int, comment_id: int, content: str = "eyes") -> None:
         """Add a reaction to a comment; GitHub keeps one per user and content."""
-        self.issue(number).get_comment(comment_id).create_reaction(content)
+        self.writes.rewrite(
+            lambda: self.issue(number).get_comment(comment_id).create_reaction(content)
+        )
 
     def upsert_status(self, number: int, body: str, known_id: int | None) -> int:
         """Edit gaffer's one status comment on the issue, creating it only if none exists."""
+        return self.writes.rewrite(lambda: self._write_status(number, body, known_id))
+
+    def _write_status(self, number: int, body: str, known_id: int | None) -> int:
+        # A create that timed out may have posted the comment: look by marker before creating.
         issue = self.issue(number)
         comment = self._status_comment(issue, known_id)
         if comment is None:
@@ -270,6 +381,9 @@ class RepoClient(PullsMixin):
 
     def set_state_label(self, number: int, state: str) -> None:
         """Give the issue exactly one `gaffer: <state>` label."""
+        self.writes.rewrite(lambda: self._write_state_label(number, state))
+
+    def _write_state_label(self, number: int, state: str) -> None:
         issue = self.issue(number)
         wanted = LABEL_PREFIX + state
         for label in issue.labels:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from bot.context import Context
-from bot.handlers import comments, installations, issues, pulls
+from bot.handlers import comments, installations, issues, jam, pulls
 from bot.router import Router
 
 ROUTER = Router()
-for _module in (installations, issues, comments, pulls):
+for _module in (installations, issues, comments, pulls, jam):
     ROUTER.include(_module.router)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -9,6 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from standardwebhooks import Webhook
+
+from bot.jam.report import JamConfigError, parse_routes
 
 
 class SettingsError(Exception):
@@ -28,6 +32,11 @@ class Settings:
     default_agent: str = "script"
     server_config: Mapping[str, Any] = field(default_factory=dict)
     max_body_bytes: int = 25 * 1024 * 1024
+    # Prepended to every broker key, so deployments (or test runs) can share one Redis.
+    broker_key_prefix: str = ""
+    # The Jam receiver exists only with a secret; the token only adds enrichment.
+    jam_webhook_secret: str | None = None
+    jam_token: str | None = None
 
     @property
     def embedded(self) -> bool:
@@ -49,7 +58,10 @@ class Settings:
             private_key=_private_key(env),
             port=int(env.get("GAFFER_PORT", "8000")),
             default_agent=env.get("GAFFER_DEFAULT_AGENT", "script"),
-            server_config=_server_config(env.get("GAFFER_CONFIG")),
+            server_config=_jam_routes_checked(_server_config(env.get("GAFFER_CONFIG"))),
+            jam_webhook_secret=_jam_secret(env.get("JAM_WEBHOOK_SECRET", "").strip()),
+            jam_token=env.get("JAM_TOKEN", "").strip() or None,
+            broker_key_prefix=env.get("GAFFER_BROKER_PREFIX", ""),
         )
 
 
@@ -61,6 +73,30 @@ def _secrets(raw: str) -> tuple[str, ...]:
             "Set it to the App's webhook secret (a comma-separated list while rotating)."
         )
     return secrets
+
+
+def _jam_secret(raw: str) -> str | None:
+    if not raw:
+        return None
+    # The library decodes leniently, so a mistyped key would only fail every delivery.
+    key = raw.removeprefix("whsec_")
+    try:
+        if len(base64.b64decode(key + "=" * (-len(key) % 4), validate=True)) < 16:
+            raise ValueError("too short")
+        Webhook(raw)
+    except Exception as error:  # binascii and the library raise several kinds
+        raise SettingsError(
+            "JAM_WEBHOOK_SECRET must be the whsec_… signing secret Jam shows for the webhook"
+        ) from error
+    return raw
+
+
+def _jam_routes_checked(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    try:
+        parse_routes(config)
+    except JamConfigError as error:
+        raise SettingsError(f"GAFFER_CONFIG: {error}") from error
+    return config
 
 
 def _private_key(env: Mapping[str, str]) -> str | None:

@@ -27,6 +27,8 @@ PG_ADMIN_URL = os.environ.get(
 REDIS_URL = os.environ.get("GAFFER_TEST_REDIS", "redis://127.0.0.1:6379")
 # Machines without PostgreSQL and Redis may run only the embedded half; CI never does.
 BACKENDS = os.environ.get("GAFFER_TEST_BACKENDS", "embedded,services").split(",")
+# One run's broker keys never meet another's, even on a shared Redis.
+BROKER_PREFIX = f"gaffer-test-{uuid.uuid4().hex[:8]}:"
 API_URL = "https://api.github.test"
 APP_ID = 4242
 INSTALLATION_ID = 77
@@ -68,8 +70,8 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path, services_database: s
         database = f"sqlite:///{tmp_path / 'gaffer.sqlite'}"
         upgrade(database)
         return Backend("embedded", database, f"sqla+sqlite:///{tmp_path / 'broker.sqlite'}")
-    broker = f"{REDIS_URL}/{7}"
-    Backend.reset_services(services_database, broker)
+    broker = f"{REDIS_URL}/7"
+    Backend.reset_services(services_database, broker, BROKER_PREFIX)
     return Backend("services", services_database, broker)
 
 
@@ -84,6 +86,7 @@ def settings(backend: Backend, tmp_path: Path, private_key: str) -> Settings:
             "GITHUB_API_URL": API_URL,
             "APP_ID": str(APP_ID),
             "PRIVATE_KEY": private_key,
+            "GAFFER_BROKER_PREFIX": BROKER_PREFIX,
         }
     )
 
@@ -179,6 +182,7 @@ def worker(settings: Settings, github_server: str, server_config: Path, tmp_path
         "APP_ID": str(APP_ID),
         "PRIVATE_KEY": settings.private_key or "",
         "GAFFER_CONFIG": str(server_config),
+        "GAFFER_BROKER_PREFIX": BROKER_PREFIX,
     }
     github_worker = WorkerProcess.start(env, tmp_path / "worker-github.log", "github", 3)
     agent_worker = WorkerProcess.start(env, tmp_path / "worker-agent.log", "agent", 2)

@@ -30,14 +30,18 @@ class Backend:
     broker_url: str
 
     @staticmethod
-    def reset_services(database_url: str, broker_url: str) -> None:
-        """Empty every table and the broker's Redis database before a test."""
+    def reset_services(database_url: str, broker_url: str, prefix: str) -> None:
+        """Empty every table and this run's broker keys before a test."""
         engine = create_engine(database_url)
         tables = ", ".join(table.name for table in Base.metadata.sorted_tables)
         with engine.begin() as conn:
             conn.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
         engine.dispose()
-        redis.Redis.from_url(broker_url).flushdb()
+        # Only this run's keys: other runs may share the Redis server.
+        client = redis.Redis.from_url(broker_url)
+        for key in client.scan_iter(match=f"{prefix}*"):
+            client.delete(key)
+        client.close()
 
 
 def sign(body: bytes, secret: str = WEBHOOK_SECRET) -> str:

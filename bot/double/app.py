@@ -1063,6 +1063,29 @@ def create_issue(owner: str, repo: str) -> ResponseReturnValue:
     return jsonify(_render().issue(issue)), 201
 
 
+@bp.get(f"{REPO}/issues")
+def list_issues(owner: str, repo: str) -> ResponseReturnValue:
+    """GET /repos/{o}/{r}/issues, paginated: `state`, `since`, `creator`, `sort`, `direction`."""
+    state, found = _state(), _repo(owner, repo)
+    wanted = request.args.get("state", "open")
+    since = request.args.get("since", "")
+    creator = request.args.get("creator")
+    key = "created_at" if request.args.get("sort", "created") == "created" else "updated_at"
+    issues = [
+        issue
+        for (name, _number), issue in state.issues.items()
+        if name == found.full_name.lower()
+        and wanted in ("all", issue.state)
+        and str(_iso(issue.updated_at)) >= since
+        and creator in (None, issue.author)
+    ]
+    issues.sort(
+        key=lambda i: (getattr(i, key), i.number), reverse=request.args.get("direction") != "asc"
+    )
+    render = _render()
+    return _paginated([render.issue(issue) for issue in issues])
+
+
 @bp.get(f"{REPO}/issues/<int:number>")
 def get_issue(owner: str, repo: str, number: int) -> ResponseReturnValue:
     """GET /repos/{o}/{r}/issues/{n}."""

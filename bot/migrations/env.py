@@ -3,6 +3,7 @@
 from alembic import context
 from sqlalchemy import create_engine
 
+import bot.jam.models  # noqa: F401 - registers the Jam table on Base
 from bot.models import Base
 
 url = context.config.get_main_option("sqlalchemy.url") or ""

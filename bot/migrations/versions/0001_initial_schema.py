@@ -58,6 +58,31 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id"),
     )
     op.create_table(
+        "jam_reports",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("jam_id", sa.String(length=200), nullable=False),
+        sa.Column("jam_url", sa.Text(), nullable=True),
+        sa.Column("title", sa.Text(), nullable=False),
+        sa.Column("repository", sa.String(length=200), nullable=True),
+        sa.Column("issue_number", sa.Integer(), nullable=True),
+        sa.Column(
+            "status",
+            sa.Enum(
+                "created", "unroutable", "failed", name="jamstatus", native_enum=False, length=20
+            ),
+            nullable=False,
+        ),
+        sa.Column("error", sa.Text(), nullable=True),
+        sa.Column("payload", sa.Text(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("id"),
+        sa.UniqueConstraint("jam_id"),
+    )
+    with op.batch_alter_table("jam_reports", schema=None) as batch_op:
+        batch_op.create_index(batch_op.f("ix_jam_reports_status"), ["status"], unique=False)
+
+    op.create_table(
         "repositories",
         sa.Column("id", sa.BigInteger(), autoincrement=False, nullable=False),
         sa.Column("installation_id", sa.BigInteger(), nullable=True),
@@ -264,6 +289,10 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f("ix_repositories_full_name"))
 
     op.drop_table("repositories")
+    with op.batch_alter_table("jam_reports", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_jam_reports_status"))
+
+    op.drop_table("jam_reports")
     op.drop_table("installations")
     with op.batch_alter_table("deliveries", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_deliveries_processed_at"))
