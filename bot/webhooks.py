@@ -40,21 +40,28 @@ def receive_github() -> tuple[Response, int]:
     """Accept one GitHub delivery."""
     body = request.get_data(cache=True)
     if not _signed(body, request.headers.get("X-Hub-Signature-256", "")):
-        return _answer("signature missing or wrong", 401)
+        return answer("signature missing or wrong", 401)
     event = request.headers.get("X-GitHub-Event", "")
     delivery_id = request.headers.get("X-GitHub-Delivery", "")
     if not event or not delivery_id:
-        return _answer("X-GitHub-Event and X-GitHub-Delivery are required", 400)
+        return answer("X-GitHub-Event and X-GitHub-Delivery are required", 400)
     if request.mimetype != "application/json":
-        return _answer("the webhook content type must be application/json", 415)
-    payload = _json_object(body)
+        return answer("the webhook content type must be application/json", 415)
+    payload = json_object(body)
     if payload is None:
-        return _answer("the body is not a JSON object", 400)
+        return answer("the body is not a JSON object", 400)
     if event == "ping":
-        return _answer("pong", 200)
+        return answer("pong", 200)
     if not handles(event, payload.get("action")):
-        return _answer(f"{event} is not handled; ignored", 200)
-    return _store_and_enqueue(event, delivery_id, payload, body)
+        return answer(f"{event} is not handled; ignored", 200)
+    return store_and_enqueue(
+        source="github",
+        hook_id=_hook_id(),
+        delivery_id=delivery_id,
+        event=event,
+        action=payload.get("action"),
+        body=body,
+    )
 
 
 def _signed(body: bytes, signature: str) -> bool:
@@ -70,14 +77,6 @@ def _signed(body: bytes, signature: str) -> bool:
     return False
 
 
-def _json_object(body: bytes) -> dict[str, Any] | None:
-    try:
-        payload = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return payload if isinstance(payload, dict) else None
-
-
 def _hook_id() -> str:
     # Delivery GUIDs are unique per hook or App, not across them.
     return (
@@ -87,19 +86,20 @@ def _hook_id() -> str:
     )
 
 
-def _store_and_enqueue(
-    event: str, delivery_id: str, payload: dict[str, Any], body: bytes
+def store_and_enqueue(
+    *, source: str, hook_id: str, delivery_id: str, event: str, action: str | None, body: bytes
 ) -> tuple[Response, int]:
+    """Store a delivery once (a duplicate answers 200), commit, then enqueue it."""
     # A Core insert, not the ORM: this is the one hot path, and it needs no objects.
     stored = (
         insert(Delivery)
         .returning(Delivery.id)
         .values(
-            source="github",
-            hook_id=_hook_id(),
+            source=source,
+            hook_id=hook_id,
             delivery_id=delivery_id,
             event=event,
-            action=payload.get("action"),
+            action=action,
             payload=body.decode("utf-8", errors="replace"),
             received_at=utcnow(),
             attempts=0,
@@ -111,9 +111,18 @@ def _store_and_enqueue(
         with current_app.extensions["gaffer_db"].engine.begin() as connection:
             row_id = connection.execute(stored).scalar_one()
     except IntegrityError:
-        return _answer("duplicate delivery; nothing to do", 200)
+        return answer("duplicate delivery; nothing to do", 200)
     publish_delivery(row_id)
-    return _answer("accepted", 202)
+    return answer("accepted", 202)
+
+
+def json_object(body: bytes) -> dict[str, Any] | None:
+    """Return the body as a JSON object, or None when it is not one."""
+    try:
+        payload = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return payload if isinstance(payload, dict) else None
 
 
 def publish_delivery(row_id: int) -> None:
@@ -126,5 +135,5 @@ def publish_delivery(row_id: int) -> None:
             session.get_one(Delivery, row_id).enqueued_at = None
 
 
-def _answer(message: str, status: int) -> tuple[Response, int]:
+def answer(message: str, status: int) -> tuple[Response, int]:
     return jsonify(message=message), status
