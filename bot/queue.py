@@ -45,8 +45,10 @@ def _transport_options(settings: Settings) -> dict[str, Any]:
     if settings.embedded:
         # The SQL transport hands these to create_engine: wait on SQLite's lock, don't fail.
         return {"connect_args": {"timeout": 30}}
-    return {"visibility_timeout": VISIBILITY_TIMEOUT_S,
-            "global_keyprefix": settings.broker_key_prefix}
+    return {
+        "visibility_timeout": VISIBILITY_TIMEOUT_S,
+        "global_keyprefix": settings.broker_key_prefix,
+    }
 
 
 def enqueue(celery: Celery, name: str, **kwargs: Any) -> None:
