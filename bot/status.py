@@ -28,13 +28,21 @@ def publish_status(db: Database, client: RepoClient, plan_id: int) -> None:
         spend = plan_spend(session, plan_id)
         body = status_comment(plan, text, _verification(client, plan, list(checks)), spend)
         known_id, number, state = plan.status_comment_id, plan.issue_number, plan.state
-    comment_id = client.upsert_status(number, body, known_id)
-    if comment_id != known_id:
-        with db.session() as session:
-            session.execute(
-                update(Plan).where(Plan.id == plan_id).values(status_comment_id=comment_id)
-            )
+    if known_id is None:
+        _create_once(db, client, plan_id, number, body)
+    else:
+        client.upsert_status(number, body, known_id)
     client.set_state_label(number, state.value)
+
+
+def _create_once(db: Database, client: RepoClient, plan_id: int, number: int, body: str) -> None:
+    # Two workers publishing a new plan's first status would each look, find nothing and
+    # post. A no-op write locks the plan's row (the whole database on SQLite) until commit,
+    # so the second waits, then reads the first one's comment id and edits it.
+    with db.session() as session:
+        session.execute(update(Plan).where(Plan.id == plan_id).values(version=Plan.version))
+        plan = session.get_one(Plan, plan_id, populate_existing=True)
+        plan.status_comment_id = client.upsert_status(number, body, plan.status_comment_id)
 
 
 def _verification(client: RepoClient, plan: Plan, checks: list[CheckResult]) -> Verification | None:

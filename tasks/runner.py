@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import re
 import select
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -213,6 +215,19 @@ def _stdin_file(stdin_text: str | None) -> contextlib.AbstractContextManager[IO[
     return handle
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def _dies_with_parent() -> Callable[[], None] | None:
+    """Return a pre-exec hook that has Linux kill the child if the worker is killed."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    # A worker killed with SIGKILL cannot stop its agent; the kernel can, at once. (Its
+    # grandchildren in the session are left to the reaper's lease expiry.)
+    return lambda: libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def _start(
     argv: Sequence[str], cwd: Path, env: Mapping[str, str], stdin: IO[bytes] | None
 ) -> subprocess.Popen[bytes]:
@@ -225,6 +240,7 @@ def _start(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        preexec_fn=_dies_with_parent(),  # noqa: PLW1509 - only prctl, no locks taken
     )
 
 
