@@ -30,8 +30,12 @@ def publish_status(db: Database, client: RepoClient, plan_id: int) -> None:
         known_id, number, state = plan.status_comment_id, plan.issue_number, plan.state
     if known_id is None:
         _create_once(db, client, plan_id, number, body)
-    else:
-        client.upsert_status(number, body, known_id)
+    elif (comment_id := client.upsert_status(number, body, known_id)) != known_id:
+        # Someone deleted the comment, and it was posted again.
+        with db.session() as session:
+            session.execute(
+                update(Plan).where(Plan.id == plan_id).values(status_comment_id=comment_id)
+            )
     client.set_state_label(number, state.value)
 
 
