@@ -11,7 +11,7 @@ from bot.models import CheckResult, Plan, PlanRevision
 from bot.render import Verification, status_comment
 
 
-def publish_status(db: Database, client: RepoClient, plan_id: int) -> None:
+def publish_status(db: Database, client: RepoClient, plan_id: int, rounds: int = 3) -> None:
     """Render the plan as it stands and make the issue show it."""
     with db.session() as session:
         plan = session.get_one(Plan, plan_id)
@@ -37,6 +37,12 @@ def publish_status(db: Database, client: RepoClient, plan_id: int) -> None:
                 update(Plan).where(Plan.id == plan_id).values(status_comment_id=comment_id)
             )
     client.set_state_label(number, state.value)
+    # A transition that committed while this was written would leave the issue showing
+    # the older state (this writer's label landing last): show the newer one.
+    with db.session() as session:
+        moved = session.get_one(Plan, plan_id, populate_existing=True).state != state
+    if moved and rounds > 1:
+        publish_status(db, client, plan_id, rounds - 1)
 
 
 def _create_once(db: Database, client: RepoClient, plan_id: int, number: int, body: str) -> None:
