@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 import requests
 from github import Auth, Github, GithubException, GithubIntegration, GithubRetry
@@ -305,6 +305,20 @@ class RepoClient(PullsMixin):
             raise PermissionUnknown(str(error.status)) from error
         except Exception as error:  # timeouts, connection errors: fail closed
             raise PermissionUnknown(type(error).__name__) from error
+
+    def team_member(self, team: str, login: str) -> bool:
+        """Tell whether login is an active member of team, given as org/slug."""
+        org, slug = (quote(part, safe="") for part in team.split("/", 1))
+        path = f"/orgs/{org}/teams/{slug}/memberships/{quote(login, safe='')}"
+        try:
+            _, membership = self.gh.requester.requestJsonAndCheck("GET", path)
+        except GithubException as error:
+            if error.status == 404:
+                return False
+            raise PermissionUnknown(str(error.status)) from error
+        except Exception as error:  # timeouts, connection errors: fail closed
+            raise PermissionUnknown(type(error).__name__) from error
+        return bool(membership) and membership.get("state") == "active"
 
     def issue(self, number: int) -> Any:
         return self.repo.get_issue(number)

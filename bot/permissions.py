@@ -13,8 +13,13 @@ __all__ = ["COULD_NOT_VERIFY", "PermissionUnknown", "may_approve"]
 
 
 def may_approve(client: RepoClient, login: str, config: RepoConfig) -> bool:
-    """Tell whether login may use writer commands; raise PermissionUnknown when unsure."""
-    # Approvers come from the default branch's config, read before this call.
+    """Tell whether login may use writer commands; raise PermissionUnknown when unsure.
+
+    A listed approver, a writer (write, maintain, admin) or an active member of a listed
+    team may. The config must come from the default branch, read before this call.
+    """
     if login.lower() in {name.lower() for name in config.approvers}:
         return True
-    return client.permission(login) in WRITE_LEVELS
+    if client.permission(login) in WRITE_LEVELS:
+        return True
+    return any(client.team_member(team, login) for team in config.approver_teams)

@@ -37,11 +37,14 @@ class RepoConfig:
     agent: str | None = None
     model: str | None = None
     approvers: tuple[str, ...] = ()
+    approver_teams: tuple[str, ...] = ()
+    allow_self_approval: bool = False
     setup: str | None = None
     checks: tuple[Check, ...] = ()
     max_retries: int = 2
     protected_paths: tuple[str, ...] = ()
     require_green: bool = True
+    checks_network: bool = True
     budget: Budget = field(default_factory=Budget)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -78,11 +81,14 @@ def _validate(raw: dict[str, Any]) -> RepoConfig:
         agent=_text(raw, "agent"),
         model=_text(raw, "model"),
         approvers=tuple(_list_of_text(raw, "approvers")),
+        approver_teams=tuple(_teams(raw)),
+        allow_self_approval=_bool(raw, "allow_self_approval"),
         setup=_text(raw, "setup"),
         checks=tuple(_checks(raw.get("checks") or [])),
         max_retries=_int(raw, "max_retries", low=0, high=10),
         protected_paths=tuple(_list_of_text(raw, "protected_paths")),
         require_green=_bool(raw, "require_green"),
+        checks_network=_bool(raw, "checks_network"),
         budget=_budget(raw.get("budget") or {}),
         extra=extra,
     )
@@ -102,6 +108,14 @@ def _list_of_text(raw: Mapping[str, Any], key: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise RepoConfigError(f"`{key}` must be a list of strings")
     return value
+
+
+def _teams(raw: Mapping[str, Any]) -> list[str]:
+    teams = _list_of_text(raw, "approver_teams")
+    for team in teams:
+        if team.count("/") != 1 or not all(team.split("/")):
+            raise RepoConfigError(f"`approver_teams` entries are `org/team-slug`; `{team}` is not")
+    return teams
 
 
 def _int(raw: Mapping[str, Any], key: str, *, low: int, high: int) -> int:

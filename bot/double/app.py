@@ -27,6 +27,7 @@ INSTALLATION_PERMISSIONS = {
     "checks": "write",
     "contents": "write",
     "issues": "write",
+    "members": "read",
     "metadata": "read",
     "pull_requests": "write",
 }
@@ -592,6 +593,8 @@ class GitHubState:
         self.web_url = "https://github.com"
         self.token_lifetime = timedelta(hours=1)
         self.permissions: dict[tuple[str, str], str] = {}
+        # (org, team slug) -> {login: "active" or "pending"}
+        self.team_members: dict[tuple[str, str], dict[str, str]] = {}
         self.requests: list[RecordedRequest] = []
         self.contract_errors: list[str] = []
         self.unimplemented: list[str] = []
@@ -1036,6 +1039,23 @@ def get_permission(owner: str, repo: str, username: str) -> ResponseReturnValue:
             "permission": PERMISSION_OF_ROLE.get(role, role),
             "role_name": role,
             "user": _render().user(username),
+        }
+    )
+
+
+@bp.get("/orgs/<org>/teams/<team_slug>/memberships/<username>")
+def get_team_membership(org: str, team_slug: str, username: str) -> ResponseReturnValue:
+    """GET /orgs/{org}/teams/{slug}/memberships/{user}: 404 unless a member or invited."""
+    members = _state().team_members.get((org.lower(), team_slug.lower()), {})
+    state = next((s for login, s in members.items() if _same(login, username)), None)
+    if state is None:
+        raise GitHubError(404, "Not Found")
+    return jsonify(
+        {
+            "url": f"{request.url_root.rstrip('/')}/orgs/{org}/teams/{team_slug}"
+            f"/memberships/{username}",
+            "role": "member",
+            "state": state,
         }
     )
 

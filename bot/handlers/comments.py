@@ -54,7 +54,7 @@ def _authorised_run(request: plan_commands.Request, command: Command) -> None:
             request.refuse(
                 command.raw,
                 f"@{request.actor}, `/{command.name}` needs write access to this repository "
-                "or a place in `approvers` in `.github/gaffer.yml`.",
+                "or a place in `approvers` or `approver_teams` in `.github/gaffer.yml`.",
             )
             return
     plan_commands.run(request, command)

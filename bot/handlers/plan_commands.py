@@ -192,8 +192,8 @@ def diff_approval_problem(request: Request, plan: Plan, sha: str | None) -> str 
         return f"`{sha}` is not the verified head; the current head is `{plan.head_sha}`."
     if request.config.require_green and not checks_green(request.ctx.session, plan):
         return "The checks on the head are not all green, and `require_green` is on."
-    author_may = bool(request.config.extra.get("allow_self_approval", False))
-    if request.actor.lower() == plan.issue_author.lower() and not author_may:
+    is_author = request.actor.lower() == plan.issue_author.lower()
+    if is_author and not request.config.allow_self_approval:
         return "The issue's author may not approve its diff (`allow_self_approval` is off)."
     return None
 

@@ -12,6 +12,7 @@ from bot.models import Delivery, Job, Plan, PlanState
 from tasks.deliveries import process_delivery
 from tasks.jobs import run_job
 from tests.conftest import INSTALLATION_ID, REPO
+from tests.conftest_git import commit_to_origin
 from tests.support import commented, deliver, issue, labeled, repository
 
 TITLE = "Widgets overflow the sidebar"
@@ -135,6 +136,47 @@ def test_a_private_org_member_with_write_access_is_accepted(
     payload["comment"]["author_association"] = "CONTRIBUTOR"  # what GitHub misreports
     handle(wctx, client, "issue_comment", payload)
     assert the_plan(wctx).state == PlanState.APPROVED
+
+
+@pytest.mark.parametrize(
+    ("membership", "state"),
+    [
+        pytest.param(
+            "active", PlanState.APPROVED, id="an active member of an approver team may approve"
+        ),
+        pytest.param(
+            "pending", PlanState.DRAFT, id="an invited, not yet joined team member may not"
+        ),
+        pytest.param(None, PlanState.DRAFT, id="someone outside the approver teams may not"),
+    ],
+)
+def test_approver_teams_from_the_default_branch_grant_approval(
+    wctx, client, github, origin, thread, draft, membership, state
+) -> None:
+    commit_to_origin(
+        origin, {".github/gaffer.yml": "approver_teams: [acme/reviewers]\n"}, "team approvers"
+    )
+    github.permissions[(REPO, "teammate")] = "read"
+    if membership:
+        github.team_members[("acme", "reviewers")] = {"teammate": membership}
+    handle(wctx, client, "issue_comment", command(github, thread, "/approve", login="teammate"))
+    assert the_plan(wctx).state == state
+    if state == PlanState.DRAFT:
+        [reply] = replies(github)
+        assert "needs write access" in reply and "approver_teams" in reply
+
+
+def test_a_failing_team_lookup_refuses_with_could_not_verify(
+    wctx, client, github, origin, thread, draft
+) -> None:
+    commit_to_origin(
+        origin, {".github/gaffer.yml": "approver_teams: [acme/reviewers]\n"}, "team approvers"
+    )
+    github.fail_next("GET", r"/orgs/acme/teams/reviewers/memberships/", 502, times=10)
+    handle(wctx, client, "issue_comment", command(github, thread, "/approve", login="reader"))
+    [reply] = replies(github)
+    assert "could not verify" in reply
+    assert the_plan(wctx).state == PlanState.DRAFT
 
 
 @pytest.mark.parametrize(
