@@ -37,6 +37,8 @@ class Settings:
     # The Jam receiver exists only with a secret; the token only adds enrichment.
     jam_webhook_secret: str | None = None
     jam_token: str | None = None
+    # How long a job stays a worker's without a heartbeat (one beat every third of it).
+    lease_seconds: int = 60
 
     @property
     def embedded(self) -> bool:
@@ -62,6 +64,7 @@ class Settings:
             jam_webhook_secret=_jam_secret(env.get("JAM_WEBHOOK_SECRET", "").strip()),
             jam_token=env.get("JAM_TOKEN", "").strip() or None,
             broker_key_prefix=env.get("GAFFER_BROKER_PREFIX", ""),
+            lease_seconds=_lease_seconds(env.get("GAFFER_LEASE_SECONDS", "60")),
         )
 
 
@@ -73,6 +76,13 @@ def _secrets(raw: str) -> tuple[str, ...]:
             "Set it to the App's webhook secret (a comma-separated list while rotating)."
         )
     return secrets
+
+
+def _lease_seconds(raw: str) -> int:
+    # A heartbeat every third of the lease; under 3 s the beats would crowd the database.
+    if not raw.strip().isdigit() or not 3 <= int(raw) <= 3600:
+        raise SettingsError("GAFFER_LEASE_SECONDS must be a whole number from 3 to 3600")
+    return int(raw)
 
 
 def _jam_secret(raw: str) -> str | None:

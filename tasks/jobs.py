@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import timedelta
 
 from bot.models import Job, JobState
 from tasks.context import WorkerContext
@@ -26,7 +27,8 @@ STAGES: dict[str, Stage] = {
 
 def run_job(wctx: WorkerContext, *, job_id: int) -> None:
     """Run the job unless it is done or a live worker holds it (a redelivered task exits)."""
-    if not claim(wctx.db, job_id, wctx.worker_id):
+    lease = timedelta(seconds=wctx.settings.lease_seconds)
+    if not claim(wctx.db, job_id, wctx.worker_id, lease):
         log.info("job %s is done or leased by a live worker; nothing to do", job_id)
         return
     with wctx.db.session() as session:
@@ -35,7 +37,7 @@ def run_job(wctx: WorkerContext, *, job_id: int) -> None:
     if stage is None:
         finish(wctx.db, job_id, wctx.worker_id, JobState.FAILED, f"no stage {job.stage!r}")
         return
-    with Heartbeat(wctx.db, job_id, wctx.worker_id):
+    with Heartbeat(wctx.db, job_id, wctx.worker_id, lease):
         try:
             stage(wctx, job)
         except Exception as error:

@@ -1,0 +1,28 @@
+"""Settings read from the environment: defaults, and a refusal that says what to fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.settings import Settings, SettingsError
+
+BASE = {"WEBHOOK_SECRET": "s3cret", "GAFFER_HOME": "/tmp/gaffer-settings-test"}
+
+
+def test_the_lease_defaults_to_a_minute_and_can_be_set() -> None:
+    assert Settings.from_env(BASE).lease_seconds == 60
+    assert Settings.from_env({**BASE, "GAFFER_LEASE_SECONDS": "15"}).lease_seconds == 15
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param("2", id="a lease under three seconds is refused"),
+        pytest.param("3601", id="a lease over an hour is refused"),
+        pytest.param("ten", id="a lease that is not a number is refused"),
+        pytest.param("-5", id="a negative lease is refused"),
+    ],
+)
+def test_a_bad_lease_stops_gaffer_from_starting(raw: str) -> None:
+    with pytest.raises(SettingsError, match="GAFFER_LEASE_SECONDS"):
+        Settings.from_env({**BASE, "GAFFER_LEASE_SECONDS": raw})
