@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, Literal
 
 import yaml
 
@@ -30,8 +30,12 @@ AGENTS_FILE = Path(__file__).resolve().parent.parent / "config" / "agents.yml"
 READ_ONLY_STAGES = frozenset({"plan", "revise"})
 OUTPUTS = ("text", "claude-json", "codex-jsonl", "gemini-json", "aider", "opencode-jsonl")
 PLACEHOLDERS = frozenset({"prompt", "prompt_file", "model", "workdir", "stage", "python"})
-KEYS = frozenset({"command", "plan_command", "model_args", "output", "env", "description"})
+KEYS = frozenset(
+    {"command", "plan_command", "model_args", "output", "env", "description", "memory_mb"}
+)
 ERROR_TAIL_CHARS = 500
+# An agent that names no memory_mb gets the server's `agent_memory_mb`.
+SERVER_DEFAULT: Final = "server"
 
 
 class AgentConfigError(ValueError):
@@ -59,6 +63,13 @@ class AgentSpec:
     description: str = ""
     plan_command: tuple[str, ...] | None = None
     model_args: tuple[str, ...] = ()
+    memory_mb: int | Literal["server"] | None = SERVER_DEFAULT
+
+    def memory_limit_mb(self, server_default: int | None) -> int | None:
+        """Return the agent's memory limit in MB, or None for no limit."""
+        if isinstance(self.memory_mb, str):
+            return server_default
+        return self.memory_mb
 
     def template(self, stage: str) -> tuple[str, ...]:
         """Return the argv template for a stage (plan_command for read-only stages)."""
@@ -129,6 +140,20 @@ def _check_env(name: str, names: Sequence[str]) -> None:
             )
 
 
+def _memory_mb(name: str, raw: Mapping[str, Any]) -> int | Literal["server"] | None:
+    """Read the optional memory limit: a positive number of MB, or null for none."""
+    if "memory_mb" not in raw:
+        return SERVER_DEFAULT
+    value = raw["memory_mb"]
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise AgentConfigError(
+            f"agent {name!r}: `memory_mb` must be a positive number of MB, or null for no limit"
+        )
+    return value
+
+
 def _argv_field(name: str, raw: Mapping[str, Any], key: str) -> tuple[str, ...] | None:
     """Read and check an optional argv template field."""
     if raw.get(key) is None:
@@ -164,6 +189,7 @@ def parse_agent(name: str, raw: Any) -> AgentSpec:
         description=str(raw.get("description", "")),
         plan_command=_argv_field(name, raw, "plan_command"),
         model_args=_argv_field(name, raw, "model_args") or (),
+        memory_mb=_memory_mb(name, raw),
     )
 
 
@@ -198,9 +224,20 @@ def _failure(spec: AgentSpec, run: RunResult, timeout_s: float, idle_s: float | 
         return f"agent {spec.name!r} was stopped"
     if run.returncode != 0:
         tail = run.output.strip()[-ERROR_TAIL_CHARS:]
-        message = f"agent {spec.name!r} exited with code {run.returncode}"
+        message = f"agent {spec.name!r} {_exit_reason(run)}"
         return f"{message}: {tail}" if tail else message
     return None
+
+
+def _exit_reason(run: RunResult) -> str:
+    """Say how the process ended, naming the memory limit when it may be the cause."""
+    exited = f"exited with code {run.returncode}"
+    if run.out_of_memory:
+        return f"ran out of memory (its limit is {run.memory_mb} MB) and {exited}"
+    if run.memory_mb is not None and run.died_of_signal:
+        # A process killed by a signal may have died of a refused allocation without saying so.
+        return f"{exited} (it may have run out of its {run.memory_mb} MB memory limit)"
+    return exited
 
 
 def _not_installed(spec: AgentSpec, program: str) -> AgentResult:
@@ -232,11 +269,13 @@ def run_agent(
     should_stop: Callable[[], bool] | None = None,
     spend_limit_usd: Decimal | None = None,
     prices: Mapping[str, Any] | None = None,
+    memory_mb: int | None = None,
 ) -> AgentResult:
     """Run the agent for one stage in workdir and return its parsed, priced answer.
 
     With spend_limit_usd, the agent's live usage (stream formats) is priced as it arrives
-    and the agent is stopped once it has spent the limit.
+    and the agent is stopped once it has spent the limit. With memory_mb, the agent and
+    each process it starts may use that much memory.
     """
     job_dir.mkdir(parents=True, exist_ok=True)
     prompt_file = job_dir / "prompt.md"
@@ -265,6 +304,7 @@ def run_agent(
         idle_timeout_s=idle_timeout_s,
         should_stop=lambda: meter.over() or bool(should_stop and should_stop()),
         on_output=meter.feed,
+        memory_mb=memory_mb,
     )
     # Parse even a failed run: a Claude error result or a quota hit still reports usage.
     parsed = _parse(spec, run.output)

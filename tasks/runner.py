@@ -6,6 +6,7 @@ import contextlib
 import ctypes
 import os
 import re
+import resource
 import select
 import signal
 import subprocess
@@ -28,6 +29,13 @@ SECRET_NAME = re.compile(
     r"^(GITHUB_.*|GH_.*|GAFFER_.*|APP_ID|PRIVATE_KEY.*|WEBHOOK_SECRET.*|JAM_.*"
     r"|DATABASE_URL|BROKER_URL|REDIS_URL|CELERY_.*|SECRET_KEY)$"
 )
+# What Python, C++, Rust, Go, Node and libc print when an allocation is refused.
+OUT_OF_MEMORY = re.compile(
+    r"MemoryError|out of memory|Cannot allocate memory|std::bad_alloc"
+    r"|memory allocation of \d+ bytes failed|Allocation failed",
+    re.IGNORECASE,
+)
+OUT_OF_MEMORY_TAIL_CHARS = 4000
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,7 @@ class RunResult:
     stopped: bool
     output: str
     duration_s: float
+    memory_mb: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -51,6 +60,18 @@ class RunResult:
     def killed(self) -> bool:
         """Return True when gaffer ended the process (timeout, idle, flood or stop)."""
         return self.timed_out or self.idle_timed_out or self.output_limited or self.stopped
+
+    @property
+    def died_of_signal(self) -> bool:
+        """Return True when a signal gaffer did not send ended the process."""
+        return self.returncode is not None and self.returncode < 0 and not self.killed
+
+    @property
+    def out_of_memory(self) -> bool:
+        """Return True when a failed run under a memory limit says an allocation was refused."""
+        if self.memory_mb is None or self.returncode == 0 or self.killed:
+            return False
+        return bool(OUT_OF_MEMORY.search(self.output[-OUT_OF_MEMORY_TAIL_CHARS:]))
 
 
 def is_gaffer_secret(name: str) -> bool:
@@ -218,18 +239,47 @@ def _stdin_file(stdin_text: str | None) -> contextlib.AbstractContextManager[IO[
 PR_SET_PDEATHSIG = 1
 
 
+def _child_setup(memory_mb: int | None) -> Callable[[], None] | None:
+    """Return a pre-exec hook: die with the worker (Linux) and stay within memory_mb."""
+    dies_with_parent = _dies_with_parent()
+    if dies_with_parent is None and memory_mb is None:
+        return None
+
+    def setup() -> None:
+        if dies_with_parent is not None:
+            dies_with_parent()
+        if memory_mb is not None:
+            _limit_memory(memory_mb)
+
+    return setup
+
+
 def _dies_with_parent() -> Callable[[], None] | None:
-    """Return a pre-exec hook that has Linux kill the child if the worker is killed."""
+    """Return a call that has Linux kill the child if the worker is killed."""
     if not sys.platform.startswith("linux"):
         return None
     libc = ctypes.CDLL(None, use_errno=True)
-    # A worker killed with SIGKILL cannot stop its agent; the kernel can, at once. (Its
-    # grandchildren in the session are left to the reaper's lease expiry.)
+    # A worker killed with SIGKILL cannot stop its agent; the kernel can, at once. What the
+    # agent started in a session of its own is killed when gaffer removes or reuses the
+    # worktree (tasks/strays.py).
     return lambda: libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def _limit_memory(memory_mb: int) -> None:
+    """Refuse the process more than memory_mb of writable memory; its children inherit it."""
+    # RLIMIT_DATA, not RLIMIT_AS: Node (Claude Code, Gemini CLI) and Go reserve far more
+    # address space than they use, and WebAssembly fails under a 4 GB RLIMIT_AS. Since
+    # Linux 4.7 RLIMIT_DATA counts every private writable mapping, so a runaway still hits it.
+    limit = memory_mb * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+
+
 def _start(
-    argv: Sequence[str], cwd: Path, env: Mapping[str, str], stdin: IO[bytes] | None
+    argv: Sequence[str],
+    cwd: Path,
+    env: Mapping[str, str],
+    stdin: IO[bytes] | None,
+    memory_mb: int | None,
 ) -> subprocess.Popen[bytes]:
     """Start argv as the leader of a new session, stdout and stderr on one pipe."""
     return subprocess.Popen(
@@ -240,7 +290,7 @@ def _start(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        preexec_fn=_dies_with_parent(),  # noqa: PLW1509 - only prctl, no locks taken
+        preexec_fn=_child_setup(memory_mb),  # noqa: PLW1509 - prctl and setrlimit, no locks
     )
 
 
@@ -271,14 +321,18 @@ def run_process(
     stdin_text: str | None = None,
     should_stop: Callable[[], bool] | None = None,
     on_output: Callable[[str], None] | None = None,
+    memory_mb: int | None = None,
 ) -> RunResult:
-    """Run argv in its own process group and kill the whole group when a limit is crossed."""
+    """Run argv in its own process group and kill the whole group when a limit is crossed.
+
+    With memory_mb, the process and each process it starts may use that much memory.
+    """
     started = time.monotonic()
     limits = _Limits(started, timeout_s, idle_timeout_s, should_stop)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "a", encoding="utf-8") as log, _stdin_file(stdin_text) as stdin:
         capture = _OutputCapture(log, max_output_bytes, on_output)
-        proc = _start(argv, cwd, env, stdin)
+        proc = _start(argv, cwd, env, stdin, memory_mb)
         reason = _run_to_end(proc, capture, limits)
         output = capture.finish()
     return RunResult(
@@ -289,4 +343,5 @@ def run_process(
         stopped=reason == "stopped",
         output=output,
         duration_s=time.monotonic() - started,
+        memory_mb=memory_mb,
     )

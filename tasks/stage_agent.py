@@ -20,6 +20,9 @@ from tasks.costs import (
 )
 from tasks.leases import is_cancelled
 
+# Enough for any agent CLI; a runaway is stopped long before it starves the worker.
+AGENT_MEMORY_MB = 4096
+
 
 class Held(Exception):
     """The job must wait until a time; the message says why, for the issue."""
@@ -68,6 +71,7 @@ def run_stage_agent(
         should_stop=lambda: is_cancelled(wctx.db, job.id),
         spend_limit_usd=left,
         prices=wctx.setting("prices", None),
+        memory_mb=spec.memory_limit_mb(wctx.setting("agent_memory_mb", AGENT_MEMORY_MB)),
     )
     add_usage(wctx, job.id, result.usage)
     if result.over_budget:

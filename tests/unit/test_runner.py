@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.runner import run_process, sandbox_env
+from tasks.runner import RunResult, run_process, sandbox_env
 
 PY = sys.executable
 
@@ -195,3 +195,58 @@ def test_process_sees_only_the_sandbox_env(tmp_path):
         timeout_s=30,
     )
     assert "GITHUB_TOKEN" not in result.output and "DATABASE_URL" not in result.output
+
+
+# --------------------------------------------------------------------------- memory limit
+
+ALLOCATE_400_MB = "x = bytearray(400 * 1024 * 1024); print('allocated', flush=True)"
+
+
+@pytest.mark.parametrize(
+    ("memory_mb", "succeeds"),
+    [
+        pytest.param(None, True, id="without a limit 400 MB is allocated"),
+        pytest.param(2000, True, id="under a 2000 MB limit 400 MB is allocated"),
+        pytest.param(100, False, id="under a 100 MB limit 400 MB is refused"),
+    ],
+)
+def test_a_process_stays_within_its_memory_limit(tmp_path, memory_mb, succeeds):
+    result = run(tmp_path, ALLOCATE_400_MB, memory_mb=memory_mb)
+    assert result.ok == succeeds
+    assert result.out_of_memory != succeeds
+    assert ("allocated" in result.output) == succeeds
+    if not succeeds:
+        assert result.returncode == 1 and "MemoryError" in result.output
+
+
+def test_processes_the_child_starts_inherit_its_memory_limit(tmp_path):
+    code = f"import subprocess, sys; sys.exit(subprocess.call([{PY!r}, '-c', {ALLOCATE_400_MB!r}]))"
+    result = run(tmp_path, code, memory_mb=100)
+    assert result.out_of_memory
+    assert "allocated" not in result.output
+
+
+def result_of(returncode: int | None, output: str, memory_mb: int | None = 100) -> RunResult:
+    return RunResult(returncode, False, False, False, False, output, 1.0, memory_mb)
+
+
+@pytest.mark.parametrize(
+    ("result", "out_of_memory"),
+    [
+        pytest.param(result_of(1, "Traceback ...\nMemoryError\n"), True, id="Python"),
+        pytest.param(
+            result_of(-6, "FATAL ERROR: Reached heap limit Allocation failed - JavaScript heap"),
+            True,
+            id="Node",
+        ),
+        pytest.param(result_of(2, "fatal error: runtime: out of memory"), True, id="Go"),
+        pytest.param(result_of(-6, "memory allocation of 1048576 bytes failed"), True, id="Rust"),
+        pytest.param(result_of(-6, "terminate called ... std::bad_alloc"), True, id="C++"),
+        pytest.param(result_of(1, "bash: fork: Cannot allocate memory"), True, id="libc"),
+        pytest.param(result_of(1, "AssertionError: 2 != 3"), False, id="another failure"),
+        pytest.param(result_of(0, "MemoryError handled"), False, id="a success"),
+        pytest.param(result_of(1, "MemoryError", None), False, id="no limit was set"),
+    ],
+)
+def test_running_out_of_memory_is_told_from_other_failures(result, out_of_memory):
+    assert result.out_of_memory == out_of_memory
