@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -13,13 +13,27 @@ from sqlalchemy import select
 
 from bot.costs import Spend
 from bot.models import CheckResult, Job
-from tasks.checkruns import CheckOutput, check_output, check_run_name, external_id
+from tasks.checkruns import (
+    CheckOutput,
+    check_output,
+    check_run_name,
+    external_id,
+    fit_head,
+    fit_title,
+)
 from tasks.diffcheck import analyse, changed_files, plan_scope
 from tasks.gitcmd import git
-from tasks.runner import run_process, sandbox_env
+from tasks.netns import offline_argv
+from tasks.runner import RunResult, run_process, sandbox_env
 
 if TYPE_CHECKING:
     from tasks.execution import Workspace
+
+# Each check process may use this much memory unless the server's `check_memory_mb` says
+# otherwise (null: no limit).
+CHECK_MEMORY_MB = 4096
+OFFLINE = "The check ran without network (`checks_network: false`)."
+NOT_OFFLINE = "Network isolation is not available on this worker; the check ran with network."
 
 
 @dataclass
@@ -59,14 +73,15 @@ def _run_check(
     ref = space.client.check_run(
         head_sha, check_run_name(name), ext, status="in_progress", started_at=datetime.now(UTC)
     )
-    home = space.dir / f"check-{name}-home"
+    argv, network_note = _check_argv(command, offline=not space.config.checks_network)
     run = run_process(
-        ["bash", "-c", command],
+        argv,
         cwd=space.worktree,
-        env=sandbox_env(allow=(), source=os.environ, home=home),
+        env=sandbox_env(allow=(), source=os.environ, home=space.dir / f"check-{name}-home"),
         log_path=space.dir / f"check-{name}.log",
         timeout_s=float(timeout),
         should_stop=None,
+        memory_mb=space.wctx.setting("check_memory_mb", CHECK_MEMORY_MB),
     )
     output = check_output(
         name,
@@ -76,8 +91,43 @@ def _run_check(
         duration_s=run.duration_s,
         cost_line=_job_cost(space),
     )
+    output = _with_notes(output, name, run, network_note)
     _complete(space, head_sha, name, ext, output, ref.id)
     return output, run.output
+
+
+def _check_argv(command: str, *, offline: bool) -> tuple[list[str], str | None]:
+    """Return the check's argv and what its summary says about the network it had."""
+    argv = ["bash", "-c", command]
+    if not offline:
+        return argv, None
+    isolated = offline_argv(argv)
+    if isolated is None:
+        return argv, NOT_OFFLINE
+    return isolated, OFFLINE
+
+
+def _with_notes(output: CheckOutput, name: str, run: RunResult, network: str | None) -> CheckOutput:
+    """Add to the summary what the user should know about the check's memory and network."""
+    notes = [note for note in (_memory_note(run), network) if note]
+    if not notes:
+        return output
+    summary = fit_head("\n\n".join([output.summary, *notes]))
+    if run.out_of_memory:
+        return replace(output, title=fit_title(f"{name} ran out of memory"), summary=summary)
+    return replace(output, summary=summary)
+
+
+def _memory_note(run: RunResult) -> str | None:
+    """Say when the check ran out of memory, or may have, and what the limit is."""
+    if run.out_of_memory:
+        return f"The check ran out of memory: each check process may use {run.memory_mb} MB."
+    if run.memory_mb is not None and run.died_of_signal:
+        return (
+            f"A check killed by a signal may have run out of memory: each check process "
+            f"may use {run.memory_mb} MB."
+        )
+    return None
 
 
 def _job_cost(space: Workspace) -> str:

@@ -1,15 +1,23 @@
-"""F. The agent and the checks reach nothing of gaffer's: no token, no secret, no database."""
+"""F. The agent and the checks reach nothing of gaffer's, and stay within memory and network."""
 
 from __future__ import annotations
 
+import json
+import shlex
+import socket
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from bot.double.driver import IssueFlow
 from bot.models import PlanState
+from tasks import netns
+from tasks.verification import OFFLINE
 from tests.conftest import INSTALLATION_ID, REPO
 from tests.conftest_git import commit_to_origin
+from tests.in_process import InProcess
 from tests.support import WEBHOOK_SECRET
 
 CONFIG = """\
@@ -83,3 +91,111 @@ def _everything_visible(flow: IssueFlow, settings) -> list[tuple[str, str]]:
         if path.is_file() and (path.name in {"config", "agent.log"} or path.suffix == ".log"):
             seen.append((str(path.relative_to(settings.home)), path.read_text(errors="replace")))
     return seen
+
+
+# --------------------------------------------------------------------------- limits
+
+
+PY = sys.executable
+ALLOCATE_400_MB = "x = bytearray(400 * 1024 * 1024); print('allocated')"
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    """A TCP listener on the worker's loopback; return its port."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        yield server.getsockname()[1]
+
+
+def python_check(name: str, code: str, *, network: bool = True) -> str:
+    """A repository config with one check running Python code, and no fix rounds."""
+    command = json.dumps(f"{PY} -c {shlex.quote(code)}")
+    return (
+        f"checks:\n  - name: {name}\n    run: {command}\n    timeout: 30\n"
+        f"checks_network: {str(network).lower()}\nmax_retries: 0\n"
+    )
+
+
+def connect_check(port: int, *, network: bool) -> str:
+    code = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=5)"
+    return python_check("reach", code, network=network)
+
+
+def run_checks(here: InProcess, config: str) -> dict[str, dict]:
+    """Configure the repository, take the issue through its checks; return runs by name."""
+    commit_to_origin(here.flow.origin, {".github/gaffer.yml": config}, "configure the checks")
+    here.flow.label()
+    here.settle()
+    here.comment("/approve")
+    return {run["name"]: run for run in here.flow.check_runs() if run["status"] == "completed"}
+
+
+@pytest.mark.parametrize(
+    ("network", "conclusion", "says"),
+    [
+        pytest.param(True, "success", None, id="with network the check reaches the listener"),
+        pytest.param(False, "failure", OFFLINE, id="without network it cannot"),
+    ],
+)
+def test_a_check_reaches_the_network_only_when_the_repository_allows_it(
+    here: InProcess, listener: int, network: bool, conclusion: str, says: str | None
+) -> None:
+    run = run_checks(here, connect_check(listener, network=network))["gaffer/reach"]
+    assert run["conclusion"] == conclusion
+    assert (OFFLINE in run["output"]["summary"]) == (says is not None)
+
+
+def test_a_check_without_network_still_has_its_own_loopback(here: InProcess) -> None:
+    serve = (
+        "import socket; s = socket.create_server(('127.0.0.1', 0)); "
+        "socket.create_connection(s.getsockname(), timeout=5)"
+    )
+    run = run_checks(here, python_check("serve", serve, network=False))["gaffer/serve"]
+    assert run["conclusion"] == "success", run["output"]
+    assert OFFLINE in run["output"]["summary"]
+
+
+def test_where_isolation_is_unavailable_the_check_runs_with_network_and_says_so(
+    here: InProcess, listener: int, monkeypatch
+) -> None:
+    monkeypatch.setattr(netns, "_works", lambda prefix: False)
+    netns.offline_prefix.cache_clear()
+    try:
+        run = run_checks(here, connect_check(listener, network=False))["gaffer/reach"]
+    finally:
+        netns.offline_prefix.cache_clear()
+    assert run["conclusion"] == "success"
+    assert (
+        "Network isolation is not available on this worker; the check ran with network."
+        in run["output"]["summary"]
+    )
+
+
+def test_a_check_over_the_servers_memory_limit_says_it_ran_out_of_memory(
+    here: InProcess, monkeypatch
+) -> None:
+    monkeypatch.setitem(here.wctx.settings.server_config, "check_memory_mb", 100)
+    run = run_checks(here, python_check("hog", ALLOCATE_400_MB))["gaffer/hog"]
+    assert run["conclusion"] == "failure"
+    assert run["output"]["title"] == "hog ran out of memory"
+    assert (
+        "The check ran out of memory: each check process may use 100 MB."
+        in (run["output"]["summary"])
+    )
+    assert "MemoryError" in run["output"]["text"]
+
+
+def test_an_agent_over_the_servers_memory_limit_fails_the_plan_saying_so(
+    here: InProcess, monkeypatch
+) -> None:
+    server = here.wctx.settings.server_config
+    hog = {"command": ["{python}", "-c", ALLOCATE_400_MB], "output": "text"}
+    monkeypatch.setitem(server, "agents", {"script": hog})
+    monkeypatch.setitem(server, "agent_memory_mb", 100)
+    here.flow.label()
+    plan = here.settle()
+    assert plan.state == PlanState.FAILED
+    assert (
+        "What went wrong:** agent 'script' ran out of memory (its limit is 100 MB)"
+        in here.flow.status()
+    )
