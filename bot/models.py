@@ -129,6 +129,8 @@ class Plan(Base):
     agent: Mapped[str | None] = mapped_column(String(100))
     model: Mapped[str | None] = mapped_column(String(200))
     status_comment_id: Mapped[int | None] = mapped_column(BigInteger)
+    # Set by the one publisher posting the first status comment, so no other posts one too.
+    status_claimed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(

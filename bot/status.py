@@ -2,19 +2,55 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select, update
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy import or_, select, update
 
 from bot.costs import plan_spend
-from bot.db import Database
+from bot.db import Database, rows_changed
 from bot.github import RepoClient
-from bot.models import CheckResult, Plan, PlanRevision
+from bot.models import CheckResult, Plan, PlanRevision, PlanState, utcnow
 from bot.render import Verification, status_comment
+
+# A publisher that died while posting the first comment gives its claim up after this.
+CLAIM_FOR = timedelta(seconds=60)
+
+
+@dataclass(frozen=True)
+class _Shown:
+    """What one publisher puts on the issue: the comment's text and the state label."""
+
+    body: str
+    state: PlanState
+    number: int
+    comment_id: int | None
 
 
 def publish_status(db: Database, client: RepoClient, plan_id: int, rounds: int = 3) -> None:
     """Render the plan as it stands and make the issue show it."""
+    shown = _render(db, client, plan_id)
+    if shown.comment_id is None:
+        if not _claim_first_post(db, plan_id):
+            # Another publisher is posting the first comment. It renders again once it has
+            # posted and shows whatever this one would have: there is nothing to add.
+            return
+        _post_first(db, client, plan_id, shown)
+    elif (comment_id := client.upsert_status(shown.number, shown.body, shown.comment_id)) != (
+        shown.comment_id
+    ):
+        _remember(db, plan_id, comment_id)  # someone deleted the comment; it was posted again
+    client.set_state_label(shown.number, shown.state.value)
+    # A change that committed while this was written would leave the issue showing an
+    # older status (this writer landing last, or a publisher that left it to us): show it.
+    now = _render(db, client, plan_id)
+    if (now.body, now.state) != (shown.body, shown.state) and rounds > 1:
+        publish_status(db, client, plan_id, rounds - 1)
+
+
+def _render(db: Database, client: RepoClient, plan_id: int) -> _Shown:
     with db.session() as session:
-        plan = session.get_one(Plan, plan_id)
+        plan = session.get_one(Plan, plan_id, populate_existing=True)
         text = session.scalar(
             select(PlanRevision.body).where(
                 PlanRevision.plan_id == plan_id, PlanRevision.number == plan.current_revision
@@ -27,32 +63,40 @@ def publish_status(db: Database, client: RepoClient, plan_id: int, rounds: int =
         ).all()
         spend = plan_spend(session, plan_id)
         body = status_comment(plan, text, _verification(client, plan, list(checks)), spend)
-        known_id, number, state = plan.status_comment_id, plan.issue_number, plan.state
-    if known_id is None:
-        _create_once(db, client, plan_id, number, body)
-    elif (comment_id := client.upsert_status(number, body, known_id)) != known_id:
-        # Someone deleted the comment, and it was posted again.
-        with db.session() as session:
-            session.execute(
-                update(Plan).where(Plan.id == plan_id).values(status_comment_id=comment_id)
-            )
-    client.set_state_label(number, state.value)
-    # A transition that committed while this was written would leave the issue showing
-    # the older state (this writer's label landing last): show the newer one.
-    with db.session() as session:
-        moved = session.get_one(Plan, plan_id, populate_existing=True).state != state
-    if moved and rounds > 1:
-        publish_status(db, client, plan_id, rounds - 1)
+        return _Shown(body, plan.state, plan.issue_number, plan.status_comment_id)
 
 
-def _create_once(db: Database, client: RepoClient, plan_id: int, number: int, body: str) -> None:
-    # Two workers publishing a new plan's first status would each look, find nothing and
-    # post. A no-op write locks the plan's row (the whole database on SQLite) until commit,
-    # so the second waits, then reads the first one's comment id and edits it.
+def _claim_first_post(db: Database, plan_id: int) -> bool:
+    """Take the right to post the plan's first status comment; a short write, no lock held."""
+    now = utcnow()
     with db.session() as session:
-        session.execute(update(Plan).where(Plan.id == plan_id).values(version=Plan.version))
-        plan = session.get_one(Plan, plan_id, populate_existing=True)
-        plan.status_comment_id = client.upsert_status(number, body, plan.status_comment_id)
+        claimed = update(Plan).where(
+            Plan.id == plan_id,
+            Plan.status_comment_id.is_(None),
+            or_(Plan.status_claimed_at.is_(None), Plan.status_claimed_at < now - CLAIM_FOR),
+        )
+        return rows_changed(session, claimed.values(status_claimed_at=now)) == 1
+
+
+def _post_first(db: Database, client: RepoClient, plan_id: int, shown: _Shown) -> None:
+    try:
+        # Looks for gaffer's comment by its marker before creating, so a claim taken over
+        # from a publisher that died after posting edits that comment.
+        comment_id = client.upsert_status(shown.number, shown.body, None)
+    except Exception:
+        with db.session() as session:  # let the next publisher try at once
+            session.execute(update(Plan).where(Plan.id == plan_id).values(status_claimed_at=None))
+        raise
+    _remember(db, plan_id, comment_id)
+
+
+def _remember(db: Database, plan_id: int, comment_id: int) -> None:
+    with db.session() as session:
+        session.execute(
+            update(Plan)
+            .where(Plan.id == plan_id)
+            .values(status_comment_id=comment_id, status_claimed_at=None)
+        )
 
 
 def _verification(client: RepoClient, plan: Plan, checks: list[CheckResult]) -> Verification | None:

@@ -306,25 +306,18 @@ def posts(flow: IssueFlow, path: str) -> int:
     return sum(1 for r in flow.github.requests if r.method == "POST" and re.search(path, r.path))
 
 
-def test_two_workers_publishing_the_first_status_at_once_leave_one_status_comment(
-    app, settings, github, github_server: str, tmp_path: Path
-) -> None:
-    """Exactly once: one status comment, also when two workers post the first status together.
-
-    The labeled delivery and the plan job both publish the plan's status; with a fast agent
-    they do so together, before either has created the comment.
-    """
+@pytest.fixture
+def publishing(app, settings, github, github_server: str):
+    """Five plans without a status comment, and a client for the GitHub double's server."""
     settings = dataclasses.replace(
         settings,
         github_api_url=github_server,
         server_config={"github_seconds_between_requests": 0, "github_seconds_between_writes": 0},
     )
     db = app.extensions["gaffer_db"]
-    github_app = GitHubApp(settings)
-    numbers = range(1, 6)
     with db.session() as session:
         session.add(Repository(id=github.repo_id(REPO), full_name=REPO))
-        for number in numbers:
+        for number in range(1, 6):
             github.add_issue(REPO, number, title="t", body="b", author="reporter")
             session.add(
                 Plan(
@@ -337,12 +330,29 @@ def test_two_workers_publishing_the_first_status_at_once_leave_one_status_commen
                     clone_url="/x",
                 )
             )
+    return db, GitHubApp(settings)
+
+
+def status_count(github, number: int) -> int:
+    return sum(STATUS_MARKER in c["body"] for c in github.comments(REPO, number))
+
+
+def test_two_workers_publishing_the_first_status_at_once_leave_one_status_comment(
+    publishing, github
+) -> None:
+    """Exactly once: one status comment, also when two workers post the first status together.
+
+    The labeled delivery and the plan job both publish the plan's status; with a fast agent
+    they do so together, before either has created the comment.
+    """
+    db, github_app = publishing
 
     def publish(plan_id: int, together: threading.Barrier) -> None:
         client = github_app.installation(INSTALLATION_ID, REPO)
         together.wait()
         publish_status(db, client, plan_id)
 
+    numbers = range(1, 6)
     for number in numbers:
         together = threading.Barrier(2)
         workers = [threading.Thread(target=publish, args=(number, together)) for _ in range(2)]
@@ -350,7 +360,34 @@ def test_two_workers_publishing_the_first_status_at_once_leave_one_status_commen
             worker.start()
         for worker in workers:
             worker.join()
-    counts = [
-        sum(STATUS_MARKER in c["body"] for c in github.comments(REPO, number)) for number in numbers
-    ]
-    assert counts == [1] * len(numbers)
+    assert [status_count(github, number) for number in numbers] == [1] * len(numbers)
+    with db.session() as session:
+        plans = session.scalars(select(Plan).order_by(Plan.id)).all()
+        assert all(p.status_comment_id and p.status_claimed_at is None for p in plans)
+
+
+def test_a_publisher_that_died_while_posting_gives_its_claim_up(publishing, github) -> None:
+    """A claim to post the first comment that outlived its publisher is taken over."""
+    db, github_app = publishing
+    client = github_app.installation(INSTALLATION_ID, REPO)
+    with db.session() as session:
+        session.execute(update(Plan).where(Plan.id == 1).values(status_claimed_at=utcnow()))
+    publish_status(db, client, 1)
+    assert status_count(github, 1) == 0, "a live claim: its holder posts"
+    with db.session() as session:
+        stale = utcnow() - timedelta(minutes=5)
+        session.execute(update(Plan).where(Plan.id == 1).values(status_claimed_at=stale))
+    publish_status(db, client, 1)
+    assert status_count(github, 1) == 1
+
+
+def test_a_first_post_that_github_refused_leaves_the_next_publisher_free(
+    publishing, github
+) -> None:
+    db, github_app = publishing
+    client = github_app.installation(INSTALLATION_ID, REPO)
+    github.fail_next("POST", r"/issues/1/comments$", 422)
+    with pytest.raises(Exception, match="422"):
+        publish_status(db, client, 1)
+    publish_status(db, client, 1)
+    assert status_count(github, 1) == 1
