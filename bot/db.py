@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from sqlalchemy import create_engine, event
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import CursorResult, Engine
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.expression import Executable
@@ -56,3 +57,13 @@ def rows_changed(session: Session, statement: Executable) -> int:
     """Execute an UPDATE or DELETE and return how many rows it changed."""
     result = cast(CursorResult[Any], session.execute(statement))
     return int(result.rowcount)
+
+
+def insert_missing(session: Session, model: type[Any], **values: Any) -> None:
+    """Insert a row unless its key exists, also when another transaction is adding it now.
+
+    A plain get-then-add lets two transactions each find nothing and the second fail on
+    commit; ON CONFLICT DO NOTHING waits for the first and then leaves its row alone.
+    """
+    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    session.execute(dialect.insert(model).values(**values).on_conflict_do_nothing())

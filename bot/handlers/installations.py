@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from bot.context import Context
+from bot.db import insert_missing
 from bot.models import Installation, Repository, utcnow
 from bot.router import Router
 
@@ -16,21 +17,21 @@ router = Router()
 def remember_installation(session: Session, payload: dict[str, Any]) -> Installation:
     """Create or refresh the installation a payload came through."""
     data = payload["installation"]
-    row = session.get(Installation, data["id"]) or Installation(id=data["id"], account_login="")
-    account = data.get("account") or {}
-    row.account_login = account.get("login") or row.account_login or "unknown"
+    login = (data.get("account") or {}).get("login")
+    insert_missing(session, Installation, id=data["id"], account_login=login or "unknown")
+    row = session.get_one(Installation, data["id"])
+    row.account_login = login or row.account_login
     row.removed_at = None
-    session.add(row)
     return row
 
 
 def remember_repository(session: Session, installation_id: int, repo: dict[str, Any]) -> Repository:
     """Create or refresh a repository row from a payload's repository object."""
-    row = session.get(Repository, repo["id"]) or Repository(id=repo["id"])
+    insert_missing(session, Repository, id=repo["id"], full_name=repo["full_name"])
+    row = session.get_one(Repository, repo["id"])
     row.installation_id = installation_id
     row.full_name = repo["full_name"]
     row.removed_at = None
-    session.add(row)
     return row
 
 

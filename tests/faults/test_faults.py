@@ -25,7 +25,17 @@ from sqlalchemy import select, update
 
 from bot.double.driver import IssueFlow
 from bot.github import STATUS_MARKER, GitHubApp
-from bot.models import Delivery, Job, JobState, Plan, PlanState, Repository, utcnow
+from bot.handlers.installations import remember_installation, remember_repository
+from bot.models import (
+    Delivery,
+    Installation,
+    Job,
+    JobState,
+    Plan,
+    PlanState,
+    Repository,
+    utcnow,
+)
 from bot.status import publish_status
 from tasks.gitcmd import git
 from tasks.leases import claim
@@ -391,3 +401,36 @@ def test_a_first_post_that_github_refused_leaves_the_next_publisher_free(
         publish_status(db, client, 1)
     publish_status(db, client, 1)
     assert status_count(github, 1) == 1
+
+
+def test_two_deliveries_for_a_new_installation_at_once_both_store_it(app) -> None:
+    """Two deliveries racing on a new installation's and repository's rows both succeed."""
+    db = app.extensions["gaffer_db"]
+    payload = {"installation": {"id": 77, "account": {"login": "acme"}}}
+    repo = {"id": 770, "full_name": "acme/widgets"}
+    first_wrote, errors = threading.Event(), []
+
+    def remember(then_wait: bool) -> None:
+        try:
+            if not then_wait:
+                first_wrote.wait(timeout=10)
+            with db.session() as session:
+                remember_repository(session, remember_installation(session, payload).id, repo)
+                session.flush()
+                if then_wait:
+                    first_wrote.set()
+                    time.sleep(0.5)  # the second delivery writes while this one is open
+        except Exception as error:
+            errors.append(error)
+
+    racers = [threading.Thread(target=remember, args=(first,)) for first in (True, False)]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join()
+    assert errors == []
+    with db.session() as session:
+        [installation] = session.scalars(select(Installation)).all()
+        [repository] = session.scalars(select(Repository)).all()
+        assert (installation.id, installation.account_login) == (77, "acme")
+        assert (repository.id, repository.installation_id) == (770, 77)
