@@ -4,7 +4,9 @@ Layout under home:
   mirrors/<owner>/<name>.git        bare mirror; origin's branches live in refs/remotes/origin/*
   mirrors/<owner>/<name>.git.lock   flock held while the mirror or its worktree list changes
   worktrees/<owner>/<name>/wt-*     warm worktrees; `wt-*.lease.json` says which plan holds one
-  worktrees/.readonly/*             short-lived detached worktrees for planning
+  worktrees/.readonly/*             short-lived detached worktrees for planning; `*.owner` is
+                                    flocked by the planner while it lives, so the reaper can
+                                    tell an orphan from a worktree in use
 
 Plan branches are local `refs/heads/*` of the mirror, so fetching origin (with --prune)
 never moves or deletes a branch holding work that was not pushed yet.
@@ -29,6 +31,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from tasks.gitcmd import GitError, git
+from tasks.strays import kill_processes_in
 
 ORIGIN = "refs/remotes/origin"
 OWNER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -130,6 +133,8 @@ def _add_worktree(mirror: Path, path: Path, sha: str) -> None:
 
 def _remove_worktree(mirror: Path, path: Path) -> None:
     """Remove a worktree and its administrative files, even when it is damaged."""
+    # A dead agent's grandchildren (a server, a watcher) may still run in it.
+    kill_processes_in(path)
     with _locked(_mirror_lock(mirror)):
         try:
             git(["worktree", "remove", "--force", "--force", str(path)], cwd=mirror)
@@ -138,15 +143,89 @@ def _remove_worktree(mirror: Path, path: Path) -> None:
         git(["worktree", "prune"], cwd=mirror)
 
 
+def _readonly_root(home: Path) -> Path:
+    return home / "worktrees" / ".readonly"
+
+
 @contextmanager
 def readonly_worktree(mirror: Path, sha: str, home: Path) -> Iterator[Path]:
     """Yield a detached worktree at sha for planning, removed afterwards."""
-    path = home / "worktrees" / ".readonly" / uuid.uuid4().hex
-    _add_worktree(mirror, path, sha)
+    path = _readonly_root(home) / uuid.uuid4().hex
+    with _owned(path):
+        _add_worktree(mirror, path, sha)
+        try:
+            yield path
+        finally:
+            _remove_worktree(mirror, path)
+
+
+@contextmanager
+def _owned(path: Path) -> Iterator[None]:
+    """Hold a flock on path's owner file while the block runs; the kernel drops it on death."""
+    owner = _owner_file(path)
+    area = path.parent / ".lock"
+    # Under the area lock, the reaper never sees the owner file before it is locked.
+    with _locked(area):
+        handle = open(owner, "a")  # noqa: SIM115 - held open for the whole block
+        fcntl.flock(handle, fcntl.LOCK_EX)
     try:
-        yield path
+        yield
     finally:
+        with _locked(area):
+            owner.unlink(missing_ok=True)
+            handle.close()
+
+
+def _owner_file(path: Path) -> Path:
+    return path.with_name(path.name + ".owner")
+
+
+def _owner_alive(path: Path) -> bool:
+    """Return True while a live process holds the read-only worktree's owner file."""
+    try:
+        handle = open(_owner_file(path), "r+")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return False
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+    return False
+
+
+def reap_readonly(home: Path) -> list[str]:
+    """Remove read-only worktrees whose planner died; return their names."""
+    root = _readonly_root(home)
+    if not root.is_dir():
+        return []
+    with _locked(root / ".lock"):
+        names = {p.name.removesuffix(".owner") for p in root.iterdir() if p.name != ".lock"}
+        orphans = sorted(name for name in names if not _owner_alive(root / name))
+        for name in orphans:
+            _remove_orphan(root / name)
+    return orphans
+
+
+def _remove_orphan(path: Path) -> None:
+    """Remove a read-only worktree nobody owns, with its owner file and its processes."""
+    mirror = _mirror_of(path)
+    if mirror is not None:
         _remove_worktree(mirror, path)
+    else:
+        kill_processes_in(path)
+        shutil.rmtree(path, ignore_errors=True)
+    _owner_file(path).unlink(missing_ok=True)
+
+
+def _mirror_of(worktree: Path) -> Path | None:
+    """Return the mirror a worktree belongs to, from its `.git` file, or None."""
+    try:
+        gitdir = (worktree / ".git").read_text().removeprefix("gitdir:").strip()
+    except OSError:
+        return None
+    mirror = Path(gitdir).parent.parent
+    return mirror if (mirror / "HEAD").is_file() else None
 
 
 def _ref_exists(cwd: Path, ref: str) -> bool:
@@ -260,6 +339,7 @@ class WorktreePool:
             if path is None:
                 return
             branch = current_branch(path)
+            kill_processes_in(path)
             try:
                 _reset_clean(path, "HEAD")
             except (GitError, WorktreeError):
@@ -299,6 +379,8 @@ class WorktreePool:
         return path
 
     def _prepare(self, path: Path, base_sha: str) -> None:
+        # What an earlier job of the plan left running (its worker died) must not see this one.
+        kill_processes_in(path)
         if not (path / ".git").is_file():
             shutil.rmtree(path, ignore_errors=True)
             _add_worktree(self.mirror, path, base_sha)

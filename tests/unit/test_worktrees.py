@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tasks import strays as strays_module
 from tasks.gitcmd import GitError, basic_auth_header, git
 from tasks.worktrees import (
     PushRefused,
@@ -16,9 +18,11 @@ from tasks.worktrees import (
     ensure_mirror,
     push_branch,
     readonly_worktree,
+    reap_readonly,
     resolve_ref,
 )
 from tests.conftest_git import commit_to_origin, make_origin
+from tests.detached import cleaned_up, gone, killed_planner, start_detached
 
 TOKEN = "ghs_not_a_real_token_0123456789abcdef"
 FILES = {"README.md": "hello\n", ".gitignore": "build/\n", "src/app.py": "print('hi')\n"}
@@ -212,3 +216,102 @@ def test_worktree_deleted_behind_gaffers_back_is_recreated(pool, mirror):
     shutil.rmtree(path)
     assert pool.acquire("plan-1", sha) == path
     assert (path / "README.md").exists()
+
+
+# --------------------------------------------------------------------------- what jobs leave
+
+
+@pytest.fixture
+def strays() -> Iterator[list[int]]:
+    """Pids the test left running on purpose; killed afterwards should the test fail."""
+    with cleaned_up([]) as pids:
+        yield pids
+
+
+def discard(pool: WorktreePool, key: str) -> None:
+    pool.discard(key)
+
+
+def reap(pool: WorktreePool, key: str) -> None:
+    pool.reap(active_keys=set())
+
+
+def release(pool: WorktreePool, key: str) -> None:
+    pool.release(key)
+
+
+def acquire_again(pool: WorktreePool, key: str) -> None:
+    pool.acquire(key, resolve_ref(pool.mirror, "main"))
+
+
+@pytest.mark.parametrize(
+    ("ending", "worktree_stays"),
+    [
+        pytest.param(discard, False, id="a discarded worktree"),
+        pytest.param(reap, False, id="a reaped worktree"),
+        pytest.param(release, True, id="a worktree released to the pool"),
+        pytest.param(acquire_again, True, id="a worktree taken again after its worker died"),
+    ],
+)
+def test_processes_a_job_left_in_its_worktree_are_killed(
+    pool, mirror, strays, ending, worktree_stays
+):
+    path = pool.acquire("plan-1", resolve_ref(mirror, "main"))
+    strays.append(start_detached(path / "src"))
+    assert not gone(strays[0])
+
+    ending(pool, "plan-1")
+
+    assert gone(strays[0])
+    assert path.exists() == worktree_stays
+
+
+def test_a_readonly_worktree_ends_with_the_processes_started_in_it(home, mirror, strays):
+    with readonly_worktree(mirror, resolve_ref(mirror, "main"), home) as path:
+        strays.append(start_detached(path))
+    assert gone(strays[0])
+    assert not path.exists()
+
+
+def test_processes_elsewhere_are_left_alone(pool, mirror, strays, tmp_path):
+    path = pool.acquire("plan-1", resolve_ref(mirror, "main"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    strays.append(start_detached(elsewhere))
+    pool.discard("plan-1")
+    assert not path.exists()
+    assert not gone(strays[0])
+
+
+def test_the_reaper_keeps_a_readonly_worktree_whose_planner_lives(home, mirror):
+    with readonly_worktree(mirror, resolve_ref(mirror, "main"), home) as path:
+        assert reap_readonly(home) == []
+        assert (path / "README.md").exists()
+
+
+def test_the_reaper_removes_a_readonly_worktree_whose_planner_was_killed(home, mirror, strays):
+    path, stray = killed_planner(mirror, resolve_ref(mirror, "main"), home)
+    strays.append(stray)
+    assert path.exists() and not gone(stray)
+
+    assert reap_readonly(home) == [path.name]
+
+    assert not path.exists() and gone(stray)
+    assert list(path.parent.glob("*.owner")) == []
+    assert git(["worktree", "list", "--porcelain"], cwd=mirror).count("worktree ") == 1
+
+
+def test_the_reaper_removes_a_readonly_worktree_nobody_claims(home, mirror):
+    # As left by a gaffer that kept no owner file, or a crash mid-way.
+    path = home / "worktrees" / ".readonly" / "left-behind"
+    path.mkdir(parents=True)
+    (path / "notes.txt").write_text("old\n")
+    assert reap_readonly(home) == ["left-behind"]
+    assert not path.exists()
+
+
+def test_without_proc_a_worktree_is_still_removed(pool, mirror, tmp_path, monkeypatch):
+    monkeypatch.setattr(strays_module, "PROC", tmp_path / "no-proc")
+    path = pool.acquire("plan-1", resolve_ref(mirror, "main"))
+    pool.discard("plan-1")
+    assert not path.exists()
