@@ -27,7 +27,14 @@ from bot.routing import handles
 from bot.states import TERMINAL, Event
 from bot.status import publish_status
 from tasks.context import WorkerContext
-from tasks.worktrees import ReapReport, WorktreeError, WorktreePool, plan_key, split_full_name
+from tasks.worktrees import (
+    ReapReport,
+    WorktreeError,
+    WorktreePool,
+    plan_key,
+    reap_readonly,
+    split_full_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -266,7 +273,12 @@ def _carry_out(wctx: WorkerContext, outcome: Settled) -> None:
 
 
 def reap_worktrees(wctx: WorkerContext) -> dict[str, ReapReport]:
-    """Remove this machine's worktrees of plans that ended; keep unpushed branches and say so."""
+    """Remove this machine's worktrees of plans that ended; keep unpushed branches and say so.
+
+    Read-only planning worktrees are removed once the process that made them is gone.
+    """
+    for name in reap_readonly(wctx.settings.home):
+        log.info("removed the read-only worktree %s, whose planner is gone", name)
     active = _plans_holding_worktrees(wctx)
     reports = {}
     for full_name, mirror in _mirrors(wctx.settings.home):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,15 @@ from tasks.reconcile import (
     reconcile,
     verdict_for,
 )
-from tasks.worktrees import WorktreePool, create_branch, ensure_mirror, unpushed_commits
+from tasks.worktrees import (
+    WorktreePool,
+    create_branch,
+    ensure_mirror,
+    readonly_worktree,
+    unpushed_commits,
+)
 from tests.conftest import APP_ID, INSTALLATION_ID, REPO
+from tests.detached import cleaned_up, gone, killed_planner, start_detached
 from tests.support import commented, deliver, issue, labeled, repository
 
 TITLE = "Widgets overflow the sidebar"
@@ -430,6 +438,55 @@ def test_the_reaper_removes_worktrees_of_ended_plans_only(
     if left_behind == "an unpushed commit":
         assert unpushed_commits(mirror, BRANCH) == 1
         assert f"kept branch {BRANCH}" in caplog.text
+
+
+@pytest.fixture
+def strays() -> Iterator[list[int]]:
+    """Pids the test left running on purpose; killed afterwards should the test fail."""
+    with cleaned_up([]) as pids:
+        yield pids
+
+
+@pytest.mark.parametrize(
+    ("plan_state", "killed"),
+    [
+        pytest.param(PlanState.CANCELLED, True, id="an ended plan's processes are killed"),
+        pytest.param(PlanState.EXECUTING, False, id="an active plan's processes are left"),
+    ],
+)
+def test_the_reaper_kills_what_an_ended_plans_agent_left_running(
+    wctx, client, thread, origin, caplog, strays, plan_state, killed
+) -> None:
+    plan_id = drafted_plan(wctx, client, thread)
+    home = wctx.settings.home
+    mirror = ensure_mirror(home, REPO, str(origin), None)
+    base = git(["rev-parse", "refs/remotes/origin/main"], cwd=mirror)
+    worktree = WorktreePool(home, REPO, mirror).acquire(f"plan-{plan_id}", base)
+    strays.append(start_detached(worktree))  # the agent died; what it started lives on
+    set_plan(wctx, plan_id, state=plan_state)
+
+    reconcile_once(wctx, caplog)
+
+    assert gone(strays[0]) == killed
+    assert worktree.exists() != killed
+
+
+def test_a_planner_killed_mid_run_leaves_no_readonly_worktree_behind(
+    wctx, origin, caplog, strays
+) -> None:
+    home = wctx.settings.home
+    mirror = ensure_mirror(home, REPO, str(origin), None)
+    base = git(["rev-parse", "refs/remotes/origin/main"], cwd=mirror)
+    orphan, stray = killed_planner(mirror, base, home)
+    strays.append(stray)
+
+    with readonly_worktree(mirror, base, home) as planning:
+        reconcile_once(wctx, caplog)
+        assert (planning / "README.md").exists()  # a live planner keeps its worktree
+
+    assert not orphan.exists() and gone(stray)
+    assert f"removed the read-only worktree {orphan.name}" in caplog.text
+    assert git(["worktree", "list", "--porcelain"], cwd=mirror).count("worktree ") == 1
 
 
 # --------------------------------------------------------------------------- status comments
