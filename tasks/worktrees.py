@@ -203,13 +203,13 @@ def reap_readonly(home: Path) -> list[str]:
         names = {p.name.removesuffix(".owner") for p in root.iterdir() if p.name != ".lock"}
         orphans = sorted(name for name in names if not _owner_alive(root / name))
         for name in orphans:
-            _remove_orphan(root / name)
+            _remove_orphan(root / name, home)
     return orphans
 
 
-def _remove_orphan(path: Path) -> None:
+def _remove_orphan(path: Path, home: Path) -> None:
     """Remove a read-only worktree nobody owns, with its owner file and its processes."""
-    mirror = _mirror_of(path)
+    mirror = _mirror_of(path, home)
     if mirror is not None:
         _remove_worktree(mirror, path)
     else:
@@ -218,14 +218,16 @@ def _remove_orphan(path: Path) -> None:
     _owner_file(path).unlink(missing_ok=True)
 
 
-def _mirror_of(worktree: Path) -> Path | None:
-    """Return the mirror a worktree belongs to, from its `.git` file, or None."""
+def _mirror_of(worktree: Path, home: Path) -> Path | None:
+    """Return the mirror under home a worktree belongs to, from its `.git` file, or None."""
     try:
         gitdir = (worktree / ".git").read_text().removeprefix("gitdir:").strip()
     except OSError:
         return None
-    mirror = Path(gitdir).parent.parent
-    return mirror if (mirror / "HEAD").is_file() else None
+    # The agent could have rewritten `.git`: git runs only in one of gaffer's own mirrors.
+    mirror = Path(gitdir).resolve().parent.parent
+    mirrors = (home / "mirrors").resolve()
+    return mirror if mirror.parent.parent == mirrors and (mirror / "HEAD").is_file() else None
 
 
 def _ref_exists(cwd: Path, ref: str) -> bool:

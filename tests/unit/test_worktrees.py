@@ -315,3 +315,16 @@ def test_without_proc_a_worktree_is_still_removed(pool, mirror, tmp_path, monkey
     path = pool.acquire("plan-1", resolve_ref(mirror, "main"))
     pool.discard("plan-1")
     assert not path.exists()
+
+
+def test_the_reaper_runs_git_only_in_gaffers_own_mirrors(home, mirror, tmp_path):
+    # An agent rewrote the orphan's `.git` to point at a repository of its choosing.
+    planted = tmp_path / "planted.git"
+    git(["init", "--bare", "--quiet", str(planted)], cwd=tmp_path)
+    (planted / "worktrees" / "orphan").mkdir(parents=True)
+    path = home / "worktrees" / ".readonly" / "orphan"
+    path.mkdir(parents=True)
+    (path / ".git").write_text(f"gitdir: {planted / 'worktrees' / 'orphan'}\n")
+    assert reap_readonly(home) == ["orphan"]
+    assert not path.exists()
+    assert (planted / "worktrees" / "orphan").is_dir()  # no `git worktree prune` ran there
