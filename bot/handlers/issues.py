@@ -61,10 +61,11 @@ def label_added(ctx: Context, payload: dict[str, Any]) -> None:
 
 
 @router.register("issues", "closed")
+@router.register("issues", "locked")
 @router.register("issues", "deleted")
 @router.register("issues", "transferred")
 def issue_gone(ctx: Context, payload: dict[str, Any]) -> None:
-    """Stop the issue's plan when the issue is closed, deleted or moved away."""
+    """Stop the issue's plan when the issue is closed, locked, deleted or moved away."""
     repo, number = payload["repository"], payload["issue"]["number"]
     plan = active_plan(ctx.session, repo["id"], number)
     if plan is None:
@@ -72,7 +73,7 @@ def issue_gone(ctx: Context, payload: dict[str, Any]) -> None:
     reason = f"issue {payload['action']}"
     if advance(ctx.session, plan, Event.ISSUE_CLOSED, actor=_login(payload), reason=reason):
         stop_plan_work(ctx, plan)
-        if payload["action"] == "closed":
+        if payload["action"] in ("closed", "locked"):  # the issue is still there to show it
             ctx.publish_status(plan.installation_id, repo["full_name"], plan.id)
 
 
