@@ -155,3 +155,35 @@ def status_reply(plan: Plan | None) -> str:
 def config_error(message: str) -> str:
     """Render the reply about an invalid .github/gaffer.yml."""
     return f"gaffer cannot use `.github/gaffer.yml` from the default branch: {message}"
+
+
+# What each stage was doing, for the reply after its worker died.
+_DOING = {
+    "plan": "planning",
+    "revise": "planning",
+    "execute": "execution",
+    "rework": "rework",
+    "open_pr": "the pull request job",
+}
+
+
+def times_stopped(attempts: int) -> str:
+    """Say how often a job's worker stopped: once, or N times."""
+    return "once" if attempts <= 1 else f"{attempts} times"
+
+
+def stage_doing(stage: str, *, checking: bool) -> str:
+    """Name what a job of this stage was doing, for a person."""
+    return "the checks" if checking else _DOING.get(stage, stage)
+
+
+def lost_worker_reply(
+    doing: str, attempts: int, *, resumed: bool, failed: bool, state: PlanState
+) -> str:
+    """Tell the issue what became of a job whose worker died: resumed, failed, or left."""
+    if resumed:
+        return f"gaffer's worker stopped while {doing} ran; the job was resumed on another worker."
+    stopped = f"gaffer's worker stopped {times_stopped(attempts)} while {doing} ran"
+    if failed:
+        return f"{stopped}, so the plan is marked failed. Comment `/retry` to start again."
+    return f"{stopped}, so gaffer stopped trying. The plan stays `{state.value}`."

@@ -23,6 +23,7 @@ from bot.github import LABEL_PREFIX, RepoClient
 from bot.models import Delivery, Job, JobState, Plan, PlanState, Repository, utcnow
 from bot.plans import advance
 from bot.queue import PROCESS_DELIVERY, RUN_JOB
+from bot.render import lost_worker_reply, stage_doing, times_stopped
 from bot.routing import handles
 from bot.states import TERMINAL, Event
 from bot.status import publish_status
@@ -64,16 +65,6 @@ REDELIVERY_WINDOW = timedelta(days=1)
 REDELIVERY_DELAY = timedelta(minutes=2)
 MAX_DELIVERY_PAGES = 10
 
-RESUMED = "gaffer's worker stopped while {doing} ran; the job was resumed on another worker."
-FAILED = (
-    "gaffer's worker stopped {times} while {doing} ran, so the plan is marked failed. "
-    "Comment `/retry` to start again."
-)
-GAVE_UP = (
-    "gaffer's worker stopped {times} while {doing} ran, so gaffer stopped trying. "
-    "The plan stays `{state}`."
-)
-
 # The plan states each stage can pick up from when its worker died. The pushed branch is the
 # truth, so execution restarts from it on any worker.
 RESUMES_FROM: dict[str, frozenset[PlanState]] = {
@@ -83,13 +74,6 @@ RESUMES_FROM: dict[str, frozenset[PlanState]] = {
     "rework": frozenset({PlanState.APPROVED, PlanState.EXECUTING}),
     # Opening the PR looks for the branch's PR before creating one, so it may run again.
     "open_pr": frozenset({PlanState.IN_REVIEW}),
-}
-_DOING = {
-    "plan": "planning",
-    "revise": "planning",
-    "execute": "execution",
-    "rework": "rework",
-    "open_pr": "the pull request job",
 }
 _FAILS_BY = {
     PlanState.PLANNING: Event.PLAN_FAILED,
@@ -195,11 +179,7 @@ def _settle(wctx: WorkerContext, job_id: int, now: datetime) -> Settled | None:
         job = session.get_one(Job, job_id)
         plan = session.get_one(Plan, job.plan_id)
         verdict = verdict_for(job.stage, job.attempts, plan.state)
-        doing = _DOING.get(job.stage, job.stage)
-        if plan.state == PlanState.VERIFYING:
-            doing = "the checks"
-        times = "once" if job.attempts <= 1 else f"{job.attempts} times"
-        error = f"the worker running this job stopped {times}"
+        error = f"the worker running this job stopped {times_stopped(job.attempts)}"
         still_dead = (
             update(Job)
             .where(
@@ -213,14 +193,13 @@ def _settle(wctx: WorkerContext, job_id: int, now: datetime) -> Settled | None:
         )
         if rows_changed(session, still_dead) != 1:
             return None
-        if verdict == Verdict.RESUME:
-            return Settled(job.id, plan.id, verdict, RESUMED.format(doing=doing))
         if verdict == Verdict.DROP:
             return Settled(job.id, plan.id, verdict, None)
-        if _fail_plan(session, plan, error):
-            reply = FAILED.format(times=times, doing=doing)
-        else:
-            reply = GAVE_UP.format(times=times, doing=doing, state=plan.state.value)
+        doing = stage_doing(job.stage, checking=plan.state == PlanState.VERIFYING)
+        failed = verdict == Verdict.FAIL and _fail_plan(session, plan, error)
+        reply = lost_worker_reply(
+            doing, job.attempts, resumed=verdict == Verdict.RESUME, failed=failed, state=plan.state
+        )
         return Settled(job.id, plan.id, verdict, reply)
 
 
