@@ -168,27 +168,46 @@ def server_config(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def worker(settings: Settings, github_server: str, server_config: Path, tmp_path: Path):
-    """Real Celery worker processes, one per queue as in production, talking to the double."""
+def start_worker(settings: Settings, github_server: str, server_config: Path, tmp_path: Path):
+    """Start `python -m tasks.worker` processes on demand; stop the live ones afterwards."""
     from tests.support import WorkerProcess
 
-    env = {
-        **os.environ,
-        "WEBHOOK_SECRET": WEBHOOK_SECRET,
-        "GAFFER_HOME": str(settings.home),
-        "DATABASE_URL": settings.database_url,
-        "BROKER_URL": settings.broker_url,
-        "GITHUB_API_URL": github_server,
-        "APP_ID": str(APP_ID),
-        "PRIVATE_KEY": settings.private_key or "",
-        "GAFFER_CONFIG": str(server_config),
-        "GAFFER_BROKER_PREFIX": BROKER_PREFIX,
-    }
-    github_worker = WorkerProcess.start(env, tmp_path / "worker-github.log", "github", 3)
-    agent_worker = WorkerProcess.start(env, tmp_path / "worker-agent.log", "agent", 2)
-    yield agent_worker
-    agent_worker.stop()
-    github_worker.stop()
+    started: list[WorkerProcess] = []
+
+    def start(
+        queue: str,
+        *,
+        broker_url: str | None = None,
+        concurrency: int = 2,
+        lease_seconds: int = 60,
+    ) -> WorkerProcess:
+        env = {
+            **os.environ,
+            "WEBHOOK_SECRET": WEBHOOK_SECRET,
+            "GAFFER_HOME": str(settings.home),
+            "DATABASE_URL": settings.database_url,
+            "BROKER_URL": broker_url or settings.broker_url,
+            "GITHUB_API_URL": github_server,
+            "APP_ID": str(APP_ID),
+            "PRIVATE_KEY": settings.private_key or "",
+            "GAFFER_CONFIG": str(server_config),
+            "GAFFER_BROKER_PREFIX": settings.broker_key_prefix,
+            "GAFFER_LEASE_SECONDS": str(lease_seconds),
+        }
+        log = tmp_path / f"worker-{queue}-{len(started)}.log"
+        started.append(WorkerProcess.start(env, log, queue, concurrency))
+        return started[-1]
+
+    yield start
+    for process in reversed(started):
+        process.stop()
+
+
+@pytest.fixture
+def worker(start_worker):
+    """Real Celery worker processes, one per queue as in production, talking to the double."""
+    start_worker("github", concurrency=3)
+    return start_worker("agent", concurrency=2)
 
 
 @pytest.fixture

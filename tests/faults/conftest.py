@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import socket
 import subprocess
 from collections.abc import Callable, Iterator
@@ -19,7 +18,7 @@ from bot.double.driver import IssueFlow
 from bot.queue import make_celery
 from bot.settings import Settings
 from tasks.context import WorkerContext
-from tests.conftest import APP_ID, INSTALLATION_ID, REPO
+from tests.conftest import INSTALLATION_ID, REPO
 from tests.conftest_git import commit_to_origin
 from tests.support import WEBHOOK_SECRET, Backend, WorkerProcess, wait_for
 
@@ -40,35 +39,6 @@ def flow(app, client, github, origin: Path) -> IssueFlow:
     """An issue on the double whose repository checks that widgets.py says good."""
     commit_to_origin(origin, {".github/gaffer.yml": CONFIG}, "configure gaffer")
     return IssueFlow(app, client, github, origin, REPO, INSTALLATION_ID, WEBHOOK_SECRET)
-
-
-@pytest.fixture
-def start_worker(
-    settings: Settings, github_server: str, server_config: Path, tmp_path: Path
-) -> Iterator[StartWorker]:
-    """Start `python -m tasks.worker` processes on demand; stop the live ones afterwards."""
-    started: list[WorkerProcess] = []
-
-    def start(queue: str, *, broker_url: str | None = None, concurrency: int = 2) -> WorkerProcess:
-        env = {
-            **os.environ,
-            "WEBHOOK_SECRET": WEBHOOK_SECRET,
-            "GAFFER_HOME": str(settings.home),
-            "DATABASE_URL": settings.database_url,
-            "BROKER_URL": broker_url or settings.broker_url,
-            "GITHUB_API_URL": github_server,
-            "APP_ID": str(APP_ID),
-            "PRIVATE_KEY": settings.private_key or "",
-            "GAFFER_CONFIG": str(server_config),
-            "GAFFER_BROKER_PREFIX": settings.broker_key_prefix,
-        }
-        log = tmp_path / f"worker-{queue}-{len(started)}.log"
-        started.append(WorkerProcess.start(env, log, queue, concurrency))
-        return started[-1]
-
-    yield start
-    for worker in reversed(started):
-        worker.stop()
 
 
 @pytest.fixture
