@@ -15,6 +15,7 @@ import requests
 from github import Auth, Github, GithubException, GithubIntegration, GithubRetry
 from requests.utils import parse_header_links
 
+from bot.models import aware
 from bot.settings import Settings
 
 STATUS_MARKER = "<!-- gaffer:status -->"
@@ -78,7 +79,7 @@ class GitHubApp:
                 access = self._writes.rewrite(
                     lambda: self.integration().get_access_token(installation_id)
                 )
-                cached = _Token(access.token, _aware(access.expires_at))
+                cached = _Token(access.token, aware(access.expires_at))
                 self._tokens[installation_id] = cached
             return cached.value
 
@@ -438,7 +439,3 @@ class RepoClient(PullsMixin):
                 return None
             raise
         return content.decoded_content.decode("utf-8", errors="replace")
-
-
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

@@ -7,6 +7,7 @@ import hmac
 import itertools
 import json
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 _ids = itertools.count(9_000_001)
@@ -118,11 +119,15 @@ def commented(
     installation_id: int = 77,
     action: str = "created",
     kind: str = "User",
+    created_at: datetime | None = None,
 ) -> dict[str, Any]:
-    """An `issue_comment` payload."""
+    """An `issue_comment` payload, written now unless created_at says when."""
+    written = (created_at or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
     comment = {
         "id": comment_id or next(_ids),
         "body": body,
+        "created_at": written,
+        "updated_at": written,
         "user": user(login, kind),
         "author_association": "CONTRIBUTOR",
         "performed_via_github_app": None,

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from bot.agent_names import agent_names
@@ -16,7 +17,7 @@ from bot.context import Context
 from bot.costs import plan_jobs, plan_spend
 from bot.github import RepoClient
 from bot.handlers.issues import stop_plan_work
-from bot.models import Approval, CheckResult, Plan, PlanState, utcnow
+from bot.models import Approval, CheckResult, Plan, PlanRevision, PlanState, aware, utcnow
 from bot.plans import active_plan, add_job, advance, latest_plan
 from bot.queue import RUN_JOB
 from bot.render import cost_reply, refusal, status_reply
@@ -37,6 +38,8 @@ class Request:
     actor: str
     client: RepoClient
     config: RepoConfig = field(default_factory=RepoConfig)
+    # When GitHub says the comment was written; None when a payload does not say.
+    written_at: datetime | None = None
 
     @classmethod
     def from_payload(cls, ctx: Context, payload: dict[str, Any]) -> Request:
@@ -51,7 +54,17 @@ class Request:
             comment_id=payload["comment"]["id"],
             actor=payload["comment"]["user"]["login"],
             client=ctx.github(installation_id, full_name),
+            written_at=_github_time(payload["comment"].get("created_at")),
         )
+
+    def written_before(self, moment: datetime) -> bool:
+        """Tell whether the comment was written before moment, so its writer never saw it.
+
+        GitHub's times are whole seconds: a comment in the same second counts as after.
+        """
+        if self.written_at is None:
+            return False
+        return self.written_at < aware(moment).replace(microsecond=0)
 
     def refuse(self, raw: str, reason: str) -> None:
         """Reply once, quoting the command, saying why it was not done."""
@@ -139,6 +152,11 @@ def approve_plan(request: Request, command: Command, plan: Plan) -> str | None:
             f"r{revision} is not the current plan; the current one is r{plan.current_revision}. "
             f"Read it and answer `/approve r{plan.current_revision}`."
         )
+    if "revision" not in command.args and request.written_before(_posted_at(request, plan)):
+        return (
+            f"r{revision} was posted after this comment was written, so the comment does not "
+            f"approve it. Read it and answer `/approve` again (or `/approve r{revision}`)."
+        )
     base_sha = request.client.default_branch_sha()
     if not advance(
         request.ctx.session,
@@ -190,12 +208,45 @@ def diff_approval_problem(request: Request, plan: Plan, sha: str | None) -> str 
         )
     if sha and not plan.head_sha.startswith(sha.lower()):
         return f"`{sha}` is not the verified head; the current head is `{plan.head_sha}`."
+    verified_at = _verified_at(request.ctx.session, plan)
+    if not sha and verified_at and request.written_before(verified_at):
+        return (
+            f"The head `{plan.head_sha}` was verified after this comment was written, so it "
+            f"cannot approve it. Review it and answer `/approve-diff` again "
+            f"(or `/approve-diff {plan.head_sha[:12]}`)."
+        )
     if request.config.require_green and not checks_green(request.ctx.session, plan):
         return "The checks on the head are not all green, and `require_green` is on."
     is_author = request.actor.lower() == plan.issue_author.lower()
     if is_author and not request.config.allow_self_approval:
         return "The issue's author may not approve its diff (`allow_self_approval` is off)."
     return None
+
+
+def _posted_at(request: Request, plan: Plan) -> datetime:
+    return request.ctx.session.scalars(
+        select(PlanRevision.created_at).where(
+            PlanRevision.plan_id == plan.id, PlanRevision.number == plan.current_revision
+        )
+    ).one()
+
+
+def _verified_at(session: Session, plan: Plan) -> datetime | None:
+    """When the first check on the plan's head was recorded: the head was shown from then."""
+    return session.scalar(
+        select(func.min(CheckResult.created_at)).where(
+            CheckResult.plan_id == plan.id, CheckResult.head_sha == plan.head_sha
+        )
+    )
+
+
+def _github_time(raw: Any) -> datetime | None:
+    if not isinstance(raw, str):
+        return None
+    try:
+        return aware(datetime.fromisoformat(raw.replace("Z", "+00:00")))
+    except ValueError:
+        return None
 
 
 def checks_green(session: Session, plan: Plan) -> bool:

@@ -6,6 +6,7 @@ and /revise after /approve-diff voiding the approval (tests/lifecycle/test_lifec
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,61 @@ def test_approve_while_a_newer_revision_is_being_written_applies_to_neither(
     assert (plan.state, plan.current_revision) == (PlanState.DRAFT, 2)
     assert "applies when the plan is `draft`" in after.replies[-1]
     assert (after.reactions, after.approvals) == ([], [])
+
+
+WRITTEN_EARLIER = datetime.now(UTC) - timedelta(minutes=5)  # before anything a test posts
+
+
+@pytest.mark.parametrize(
+    ("body", "state"),
+    [
+        pytest.param(
+            "/approve",
+            PlanState.DRAFT,
+            id="a bare approve written before r2 was posted does not approve r2",
+        ),
+        pytest.param(
+            "/approve r2",
+            PlanState.APPROVED,
+            id="an approve naming r2 binds to r2 whenever it was written",
+        ),
+    ],
+)
+def test_an_approve_written_before_the_revision_was_posted_never_applies_to_it(
+    drafted: InProcess, body: str, state: PlanState
+) -> None:
+    drafted.comment("/revise Keep the old CSS.")
+    payload = send_comment(drafted, body, created_at=WRITTEN_EARLIER)
+    after = seen(drafted, payload)
+    assert after.state == state
+    if state == PlanState.DRAFT:
+        assert "r2 was posted after this comment was written" in after.replies[-1]
+        assert (after.reactions, after.approvals) == ([], [])
+    else:
+        assert after.approvals == [("plan", 2, None, "maintainer")]
+
+
+@pytest.mark.parametrize(
+    "name_the_sha",
+    [
+        pytest.param(False, id="a bare approve-diff written before the head was verified"),
+        pytest.param(True, id="an approve-diff naming the head binds whenever it was written"),
+    ],
+)
+def test_an_approve_diff_written_before_the_head_was_verified_never_applies_to_it(
+    here: InProcess, name_the_sha: bool
+) -> None:
+    plan = here.to_review()
+    body = f"/approve-diff {plan.head_sha}" if name_the_sha else "/approve-diff"
+    payload = send_comment(here, body, created_at=WRITTEN_EARLIER)
+    plan = here.settle()
+    after = seen(here, payload)
+    assert (plan.state, after.pulls) == (
+        (PlanState.PR_OPEN, 1) if name_the_sha else (PlanState.IN_REVIEW, 0)
+    )
+    if not name_the_sha:
+        assert "was verified after this comment was written" in after.replies[-1]
+        assert plan.head_sha in after.replies[-1]
 
 
 def test_retry_never_reuses_a_diff_approval(here: InProcess, tmp_path: Path) -> None:
