@@ -67,11 +67,15 @@ def check_output(
     output: str | bytes,
     duration_s: float,
     cost_line: str | None = None,
+    output_limited: bool = False,
 ) -> CheckOutput:
     """Describe one check command's result as a check run's conclusion and output."""
     conclusion = _conclusion(returncode, timed_out)
     cleaned = clean_output(output)
-    outcome = _outcome(returncode, timed_out, duration_s)
+    if output_limited:  # gaffer stopped it: say so, not which signal did
+        outcome = "was stopped: it printed more output than allowed"
+    else:
+        outcome = _outcome(returncode, timed_out, duration_s)
     title = fit_title(f"{_one_line(name)} {outcome}")
     text, shown_lines = _output_text(cleaned)
     summary = _summary(_one_line(name), outcome, cleaned, shown_lines, cost_line)

@@ -87,6 +87,7 @@ def _run_check(
         name,
         returncode=run.returncode,
         timed_out=run.timed_out,
+        output_limited=run.output_limited,
         output=run.output,
         duration_s=run.duration_s,
         cost_line=_job_cost(space),

@@ -17,7 +17,9 @@ from tasks.checkruns import (
 SHA = "0123456789abcdef0123456789abcdef01234567"
 
 
-def result(returncode=0, timed_out=False, output="ok\n", duration_s=3.21, cost_line=None):
+def result(
+    returncode=0, timed_out=False, output="ok\n", duration_s=3.21, cost_line=None, flooded=False
+):
     return check_output(
         "tests",
         returncode=returncode,
@@ -25,6 +27,7 @@ def result(returncode=0, timed_out=False, output="ok\n", duration_s=3.21, cost_l
         output=output,
         duration_s=duration_s,
         cost_line=cost_line,
+        output_limited=flooded,
     )
 
 
@@ -42,6 +45,12 @@ OUTCOMES = [
     ),
     pytest.param(
         {"returncode": None}, "failure", "tests did not finish", id="a check with no exit fails"
+    ),
+    pytest.param(
+        {"returncode": -15, "flooded": True},
+        "failure",
+        "tests was stopped: it printed more output than allowed",
+        id="a check stopped for flooding says so, not which signal",
     ),
 ]
 
