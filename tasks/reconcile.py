@@ -32,6 +32,7 @@ from tasks.worktrees import (
     ReapReport,
     WorktreeError,
     WorktreePool,
+    locked,
     plan_key,
     reap_readonly,
     split_full_name,
@@ -255,7 +256,13 @@ def reap_worktrees(wctx: WorkerContext) -> dict[str, ReapReport]:
     """Remove this machine's worktrees of plans that ended; keep unpushed branches and say so.
 
     Read-only planning worktrees are removed once the process that made them is gone.
+    Every worker runs this on a timer too; the machine's reaper lock makes them take turns.
     """
+    with locked(wctx.settings.home / "reaper.lock"):
+        return _reap(wctx)
+
+
+def _reap(wctx: WorkerContext) -> dict[str, ReapReport]:
     for name in reap_readonly(wctx.settings.home):
         log.info("removed the read-only worktree %s, whose planner is gone", name)
     active = _plans_holding_worktrees(wctx)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Celery
+from celery.signals import worker_ready, worker_shutdown
 
 from bot.queue import CLEANUP, PROCESS_DELIVERY, RECONCILE, RUN_JOB, make_celery
 from bot.settings import Settings
@@ -12,7 +13,8 @@ from tasks.cleanup import cleanup_plan
 from tasks.context import WorkerContext
 from tasks.deliveries import process_delivery, record_failure
 from tasks.jobs import run_job
-from tasks.reconcile import reconcile
+from tasks.machine import REAP_EVERY_S, MachineReaper, reap_every_s
+from tasks.reconcile import reap_worktrees, reconcile
 
 
 def create_worker(settings: Settings) -> Celery:
@@ -42,7 +44,18 @@ def create_worker(settings: Settings) -> Celery:
     def reconcile_task() -> None:
         reconcile(wctx)
 
+    _reap_this_machine(wctx)
     return celery
+
+
+def _reap_this_machine(wctx: WorkerContext) -> None:
+    """Reap this machine's worktrees on a timer while the worker runs: beat sees only its own."""
+    every_s = reap_every_s(wctx.setting("reap_every_s", REAP_EVERY_S))
+    if every_s is None:
+        return
+    reaper = MachineReaper(lambda: reap_worktrees(wctx), every_s)
+    worker_ready.connect(lambda **_: reaper.start(), weak=False)
+    worker_shutdown.connect(lambda **_: reaper.stop(), weak=False)
 
 
 def main(argv: list[str] | None = None) -> None:

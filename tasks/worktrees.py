@@ -56,7 +56,7 @@ class ReapReport:
 
 
 @contextmanager
-def _locked(lock_path: Path) -> Iterator[None]:
+def locked(lock_path: Path) -> Iterator[None]:
     """Hold an exclusive flock on lock_path, shared by every worker process on the machine."""
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path, "a") as handle:
@@ -100,7 +100,7 @@ def ensure_mirror(home: Path, full_name: str, clone_url: str, token: str | None)
     """Create the repository's bare mirror on first use and fetch origin into it."""
     _check_url(clone_url)
     mirror = mirror_path(home, full_name)
-    with _locked(_mirror_lock(mirror)):
+    with locked(_mirror_lock(mirror)):
         if not (mirror / "HEAD").exists():
             mirror.mkdir(parents=True, exist_ok=True)
             git(["init", "--bare", "--quiet"], cwd=mirror)
@@ -125,7 +125,7 @@ def resolve_ref(mirror: Path, ref: str) -> str:
 def _add_worktree(mirror: Path, path: Path, sha: str) -> None:
     """Check out a new detached worktree of the mirror at path."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(_mirror_lock(mirror)):
+    with locked(_mirror_lock(mirror)):
         # A worktree whose folder vanished (crash, manual cleanup) is still registered.
         git(["worktree", "prune"], cwd=mirror)
         git(["worktree", "add", "--detach", "--quiet", str(path), sha], cwd=mirror)
@@ -135,7 +135,7 @@ def _remove_worktree(mirror: Path, path: Path) -> None:
     """Remove a worktree and its administrative files, even when it is damaged."""
     # A dead agent's grandchildren (a server, a watcher) may still run in it.
     kill_processes_in(path)
-    with _locked(_mirror_lock(mirror)):
+    with locked(_mirror_lock(mirror)):
         try:
             git(["worktree", "remove", "--force", "--force", str(path)], cwd=mirror)
         except GitError:
@@ -165,13 +165,13 @@ def _owned(path: Path) -> Iterator[None]:
     owner = _owner_file(path)
     area = path.parent / ".lock"
     # Under the area lock, the reaper never sees the owner file before it is locked.
-    with _locked(area):
+    with locked(area):
         handle = open(owner, "a")  # noqa: SIM115 - held open for the whole block
         fcntl.flock(handle, fcntl.LOCK_EX)
     try:
         yield
     finally:
-        with _locked(area):
+        with locked(area):
             owner.unlink(missing_ok=True)
             handle.close()
 
@@ -199,7 +199,7 @@ def reap_readonly(home: Path) -> list[str]:
     root = _readonly_root(home)
     if not root.is_dir():
         return []
-    with _locked(root / ".lock"):
+    with locked(root / ".lock"):
         names = {p.name.removesuffix(".owner") for p in root.iterdir() if p.name != ".lock"}
         orphans = sorted(name for name in names if not _owner_alive(root / name))
         for name in orphans:
@@ -325,7 +325,7 @@ class WorktreePool:
 
     def acquire(self, plan_key: str, base_sha: str) -> Path:
         """Lease a clean worktree at base_sha to plan_key (the same one if it holds one)."""
-        with _locked(self._lock):
+        with locked(self._lock):
             path = self._leased_to(plan_key) or self._claim(plan_key)
         try:
             self._prepare(path, base_sha)
@@ -336,7 +336,7 @@ class WorktreePool:
 
     def release(self, plan_key: str) -> None:
         """Return a plan's worktree to the pool clean, or remove it when the pool is full."""
-        with _locked(self._lock):
+        with locked(self._lock):
             path = self._leased_to(plan_key)
             if path is None:
                 return
@@ -355,14 +355,14 @@ class WorktreePool:
 
     def discard(self, plan_key: str) -> str | None:
         """Remove a plan's worktree; return its branch when kept for unpushed work."""
-        with _locked(self._lock):
+        with locked(self._lock):
             path = self._leased_to(plan_key)
             return self._remove(path) if path is not None else None
 
     def reap(self, active_keys: set[str]) -> ReapReport:
         """Remove worktrees leased to inactive plans; keep and report unpushed branches."""
         report = ReapReport()
-        with _locked(self._lock):
+        with locked(self._lock):
             for path, key in self._leases():
                 if key not in active_keys:
                     self._remove(path)

@@ -40,9 +40,10 @@ from bot.status import publish_status
 from tasks.gitcmd import git
 from tasks.leases import claim
 from tasks.reconcile import reconcile, resend_outbox
-from tasks.worktrees import WorktreePool, mirror_path
+from tasks.worktrees import WorktreePool, ensure_mirror, mirror_path
 from tests.conftest import INSTALLATION_ID, REPO
 from tests.conftest_git import commit_to_origin
+from tests.detached import cleaned_up, gone, killed_planner
 from tests.faults.conftest import CONFIG, BrokerOutage, BuildContext, StartWorker
 from tests.support import wait_for
 
@@ -434,3 +435,21 @@ def test_two_deliveries_for_a_new_installation_at_once_both_store_it(app) -> Non
         [repository] = session.scalars(select(Repository)).all()
         assert (installation.id, installation.account_login) == (77, "acme")
         assert (repository.id, repository.installation_id) == (770, 77)
+
+
+def test_each_worker_reaps_its_own_machine_without_beat(
+    start_worker: StartWorker, server_config: Path, settings, origin: Path
+) -> None:
+    """A planner killed mid-run on a machine without beat: that machine's worker reaps it."""
+    server_config.write_text(server_config.read_text() + "reap_every_s: 1\n")
+    mirror = ensure_mirror(settings.home, REPO, str(origin), None)
+    base = git(["rev-parse", "refs/remotes/origin/main"], cwd=mirror)
+    orphan, stray = killed_planner(mirror, base, settings.home)
+    with cleaned_up([stray]):
+        start_worker("agent")  # no beat, and no reconcile is called
+        wait_for(
+            lambda: not orphan.exists() and gone(stray),
+            timeout=60,
+            what="the worker's own reaper to remove the orphan and its process",
+        )
+    assert git(["worktree", "list", "--porcelain"], cwd=mirror).count("worktree ") == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bot.settings import Settings, SettingsError
+from tasks.machine import reap_every_s
 
 BASE = {"WEBHOOK_SECRET": "s3cret", "GAFFER_HOME": "/tmp/gaffer-settings-test"}
 
@@ -26,3 +27,21 @@ def test_the_lease_defaults_to_a_minute_and_can_be_set() -> None:
 def test_a_bad_lease_stops_gaffer_from_starting(raw: str) -> None:
     with pytest.raises(SettingsError, match="GAFFER_LEASE_SECONDS"):
         Settings.from_env({**BASE, "GAFFER_LEASE_SECONDS": raw})
+
+
+@pytest.mark.parametrize(
+    ("raw", "every_s"),
+    [
+        pytest.param(300, 300.0, id="reaping every 300 seconds"),
+        pytest.param(0.5, 0.5, id="reaping every half second"),
+        pytest.param(None, None, id="null turns the machine's reaper off"),
+    ],
+)
+def test_the_machine_reaper_interval_is_read(raw, every_s) -> None:
+    assert reap_every_s(raw) == every_s
+
+
+@pytest.mark.parametrize("raw", [0, -1, "often", True])
+def test_a_bad_reaper_interval_is_refused(raw) -> None:
+    with pytest.raises(ValueError, match="reap_every_s"):
+        reap_every_s(raw)
