@@ -23,6 +23,8 @@ class Check:
     name: str
     run: str
     timeout: int = 600
+    # None: the server's `check_memory_mb`; a number asks for less (the server's is the cap).
+    memory_mb: int | None = None
 
 
 @dataclass(frozen=True)
@@ -167,7 +169,12 @@ def _check(item: Any, index: int) -> Check:
     timeout = item.get("timeout", 600)
     if not isinstance(timeout, int) or isinstance(timeout, bool) or not 1 <= timeout <= 21600:
         raise RepoConfigError(f"check `{item['name']}`: `timeout` must be 1 to 21600 seconds")
-    return Check(name=item["name"], run=item["run"], timeout=timeout)
+    memory_mb = item.get("memory_mb")
+    if memory_mb is not None and (
+        not isinstance(memory_mb, int) or isinstance(memory_mb, bool) or memory_mb <= 0
+    ):
+        raise RepoConfigError(f"check `{item['name']}`: `memory_mb` must be a positive number")
+    return Check(name=item["name"], run=item["run"], timeout=timeout, memory_mb=memory_mb)
 
 
 def fetch_repo_config(client: Any, server_defaults: Mapping[str, Any] | None = None) -> RepoConfig:

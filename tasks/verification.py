@@ -13,6 +13,7 @@ from sqlalchemy import select
 
 from bot.costs import Spend
 from bot.models import CheckResult, Job
+from bot.repo_config import Check
 from tasks.checkruns import (
     CheckOutput,
     check_output,
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from tasks.execution import Workspace
 
 # Each check process may use this much memory unless the server's `check_memory_mb` says
-# otherwise (null: no limit).
+# otherwise (null: no limit); a check's own `memory_mb` may ask for less, never more.
 CHECK_MEMORY_MB = 4096
 OFFLINE = "The check ran without network (`checks_network: false`)."
 NOT_OFFLINE = "Network isolation is not available on this worker; the check ran with network."
@@ -56,7 +57,7 @@ def verify(space: Workspace, head_sha: str) -> Verdict:
     """Run each configured check and the diff check on head_sha; post each as a check run."""
     verdict = Verdict()
     for check in space.config.checks:
-        output, log = _run_check(space, head_sha, check.name, check.run, check.timeout)
+        output, log = _run_check(space, head_sha, check)
         if output.conclusion != "success":
             verdict.failures.append((check.name, log))
         _restore(space.worktree)
@@ -66,22 +67,21 @@ def verify(space: Workspace, head_sha: str) -> Verdict:
     return verdict
 
 
-def _run_check(
-    space: Workspace, head_sha: str, name: str, command: str, timeout: int
-) -> tuple[CheckOutput, str]:
+def _run_check(space: Workspace, head_sha: str, check: Check) -> tuple[CheckOutput, str]:
+    name = check.name
     ext = external_id(space.plan.id, name, head_sha)
     ref = space.client.check_run(
         head_sha, check_run_name(name), ext, status="in_progress", started_at=datetime.now(UTC)
     )
-    argv, network_note = _check_argv(command, offline=not space.config.checks_network)
+    argv, network_note = _check_argv(check.run, offline=not space.config.checks_network)
     run = run_process(
         argv,
         cwd=space.worktree,
         env=sandbox_env(allow=(), source=os.environ, home=space.dir / f"check-{name}-home"),
         log_path=space.dir / f"check-{name}.log",
-        timeout_s=float(timeout),
+        timeout_s=float(check.timeout),
         should_stop=None,
-        memory_mb=space.wctx.setting("check_memory_mb", CHECK_MEMORY_MB),
+        memory_mb=check_memory_mb(check, space.wctx.setting("check_memory_mb", CHECK_MEMORY_MB)),
     )
     output = check_output(
         name,
@@ -95,6 +95,13 @@ def _run_check(
     output = _with_notes(output, name, run, network_note)
     _complete(space, head_sha, name, ext, output, ref.id)
     return output, run.output
+
+
+def check_memory_mb(check: Check, server_mb: int | None) -> int | None:
+    """Return a check's memory limit: its own `memory_mb`, never above the server's."""
+    if server_mb is None:
+        return check.memory_mb
+    return min(check.memory_mb or server_mb, server_mb)
 
 
 def _check_argv(command: str, *, offline: bool) -> tuple[list[str], str | None]:

@@ -185,6 +185,18 @@ def test_a_check_over_the_servers_memory_limit_says_it_ran_out_of_memory(
     assert "MemoryError" in run["output"]["text"]
 
 
+def test_a_check_may_ask_for_less_memory_than_the_server_allows_never_more(
+    here: InProcess, monkeypatch
+) -> None:
+    monkeypatch.setitem(here.wctx.settings.server_config, "check_memory_mb", 2048)
+    config = python_check("hog", ALLOCATE_400_MB).replace(
+        "    timeout: 30\n", "    timeout: 30\n    memory_mb: 100\n"
+    )
+    run = run_checks(here, config)["gaffer/hog"]
+    assert run["output"]["title"] == "hog ran out of memory"
+    assert "each check process may use 100 MB" in run["output"]["summary"]
+
+
 def test_an_agent_over_the_servers_memory_limit_fails_the_plan_saying_so(
     here: InProcess, monkeypatch
 ) -> None:

@@ -7,6 +7,7 @@ from decimal import Decimal
 import pytest
 
 from bot.repo_config import Check, RepoConfigError, load_repo_config
+from tasks.verification import check_memory_mb
 
 
 def test_an_absent_file_gives_the_shipped_defaults() -> None:
@@ -54,8 +55,26 @@ def test_the_repository_overrides_the_server_which_overrides_the_defaults() -> N
             "checks: [{name: a, run: x}, {name: a, run: y}]", "unique", id="duplicate check names"
         ),
         pytest.param("budget: {plan_usd: -1}", "positive", id="a negative budget is refused"),
+        pytest.param(
+            "checks: [{name: a, run: x, memory_mb: 0}]", "memory_mb", id="a check's zero memory"
+        ),
     ],
 )
 def test_an_invalid_setting_is_refused_with_what_to_fix(text: str, reason: str) -> None:
     with pytest.raises(RepoConfigError, match=reason):
         load_repo_config(text)
+
+
+@pytest.mark.parametrize(
+    ("asked", "server", "limit"),
+    [
+        pytest.param(None, 4096, 4096, id="a check asking nothing gets the server's limit"),
+        pytest.param(512, 4096, 512, id="a check may ask for less"),
+        pytest.param(8192, 4096, 4096, id="a check asking for more gets the server's cap"),
+        pytest.param(8192, None, 8192, id="with no server limit the check's own holds"),
+        pytest.param(None, None, None, id="with neither there is no limit"),
+    ],
+)
+def test_a_checks_memory_limit_never_exceeds_the_servers(asked, server, limit) -> None:
+    check = Check("tests", "pytest", memory_mb=asked)
+    assert check_memory_mb(check, server) == limit
