@@ -15,6 +15,7 @@ import yaml
 
 from tasks.pricing import price
 from tasks.runner import RunResult, is_gaffer_secret, run_process, sandbox_env
+from tasks.strays import worktree_mark
 from tasks.usage import (
     LiveUsage,
     QuotaHit,
@@ -290,7 +291,10 @@ def run_agent(
     }
     argv = render_argv(spec, stage, values)
     env = sandbox_env(
-        allow=spec.env, source=source_env, home=job_dir / "home", extra={"GAFFER_STAGE": stage}
+        allow=spec.env,
+        source=source_env,
+        home=job_dir / "home",
+        extra={"GAFFER_STAGE": stage, **worktree_mark(workdir)},
     )
     if shutil.which(argv[0], path=env["PATH"]) is None:
         return _not_installed(spec, argv[0])

@@ -10,14 +10,23 @@ from pathlib import Path
 
 PROC = Path("/proc")
 WAIT_S = 2.0
+# Set in every agent's and check's environment, and inherited by what they start: finds a
+# process that left the worktree for another folder.
+MARK = "GAFFER_WORKTREE"
+
+
+def worktree_mark(worktree: Path) -> dict[str, str]:
+    """Return the environment entry that marks processes as started for worktree."""
+    return {MARK: str(worktree.resolve())}
 
 
 def kill_processes_in(folder: Path) -> list[int]:
-    """SIGKILL every process whose working directory is folder or inside it; return the pids."""
+    """SIGKILL every process working in folder: its cwd inside, or marked for it; return them."""
     if not (PROC / "self" / "cwd").exists():
         return []  # no /proc: nothing to find, and nothing is claimed
     root = str(folder.resolve())
-    pids = [pid for pid in _pids() if _inside(_cwd(pid), root)]
+    mark = f"{MARK}={root}".encode()
+    pids = [pid for pid in _pids() if _inside(_cwd(pid), root) or _marked(pid, mark)]
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
@@ -35,6 +44,13 @@ def _cwd(pid: int) -> str | None:
         return os.readlink(PROC / str(pid) / "cwd")
     except OSError:  # gone meanwhile, or not ours to look at
         return None
+
+
+def _marked(pid: int, mark: bytes) -> bool:
+    try:
+        return mark in (PROC / str(pid) / "environ").read_bytes().split(b"\0")
+    except OSError:  # gone meanwhile, or not ours to look at
+        return False
 
 
 def _inside(cwd: str | None, root: str) -> bool:

@@ -26,6 +26,7 @@ from tasks.diffcheck import analyse, changed_files, plan_scope
 from tasks.gitcmd import git
 from tasks.netns import offline_argv
 from tasks.runner import RunResult, run_process, sandbox_env
+from tasks.strays import worktree_mark
 
 if TYPE_CHECKING:
     from tasks.execution import Workspace
@@ -77,7 +78,12 @@ def _run_check(space: Workspace, head_sha: str, check: Check) -> tuple[CheckOutp
     run = run_process(
         argv,
         cwd=space.worktree,
-        env=sandbox_env(allow=(), source=os.environ, home=space.dir / f"check-{name}-home"),
+        env=sandbox_env(
+            allow=(),
+            source=os.environ,
+            home=space.dir / f"check-{name}-home",
+            extra=worktree_mark(space.worktree),
+        ),
         log_path=space.dir / f"check-{name}.log",
         timeout_s=float(check.timeout),
         should_stop=None,

@@ -27,11 +27,12 @@ with readonly_worktree(Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])) as pat
 """
 
 
-def start_detached(cwd: Path) -> int:
+def start_detached(cwd: Path, env: dict[str, str] | None = None) -> int:
     """Start `sleep` in a session of its own with cwd as its folder, as an agent might."""
     started = subprocess.run(
         ["bash", "-c", "setsid sleep 1000 >/dev/null 2>&1 & echo $!"],
         cwd=cwd,
+        env=env,
         capture_output=True,
         text=True,
         check=True,

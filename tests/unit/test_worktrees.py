@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 from tasks import strays as strays_module
 from tasks.gitcmd import GitError, basic_auth_header, git
+from tasks.strays import worktree_mark
 from tasks.worktrees import (
     PushRefused,
     WorktreeError,
@@ -281,6 +283,17 @@ def test_processes_elsewhere_are_left_alone(pool, mirror, strays, tmp_path):
     pool.discard("plan-1")
     assert not path.exists()
     assert not gone(strays[0])
+
+
+def test_a_process_that_left_the_worktree_is_found_by_its_mark(pool, mirror, strays, tmp_path):
+    path = pool.acquire("plan-1", resolve_ref(mirror, "main"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    marked = {**os.environ, **worktree_mark(path)}
+    strays.append(start_detached(elsewhere, env=marked))  # started for the job, then moved
+    strays.append(start_detached(elsewhere))  # someone else's
+    pool.discard("plan-1")
+    assert (gone(strays[0]), gone(strays[1])) == (True, False)
 
 
 def test_the_reaper_keeps_a_readonly_worktree_whose_planner_lives(home, mirror):
