@@ -83,6 +83,11 @@ def _recheck(
     if issue.state != "open" or issue.locked:
         raise NoPullRequest("the issue is closed or locked.")
     head = client.branch_sha(plan.branch or "")
+    if head is None:
+        raise NoPullRequest(
+            f"the branch `{plan.branch}` was deleted after `{approval.sha}` was approved. "
+            "Push it back to that commit and approve it again, or `/reject` the plan."
+        )
     if head != approval.sha:
         raise NoPullRequest(
             f"the branch `{plan.branch}` moved to `{head}` after `{approval.sha}` was approved. "

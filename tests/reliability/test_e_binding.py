@@ -149,27 +149,61 @@ def test_the_pr_is_opened_from_exactly_the_approved_sha(here: InProcess) -> None
     assert ("diff", None, plan.head_sha, "maintainer") in after.approvals
 
 
-NEW_COMMIT = [
-    pytest.param(True, id="a commit pushed after approve-diff voids it and no PR opens"),
-    pytest.param(False, id="a commit pushed before approve-diff of the older head opens no PR"),
+BRANCH_MOVED = [
+    pytest.param(
+        "commit", "moved", id="a commit pushed after approve-diff voids it and no PR opens"
+    ),
+    pytest.param(
+        "force-push", "moved", id="a force-push by a person after approve-diff: no PR opens"
+    ),
+    pytest.param(
+        "delete", "was deleted", id="the branch deleted by a person after approve-diff: no PR"
+    ),
 ]
 
 
-@pytest.mark.parametrize("after_approval", NEW_COMMIT)
-def test_a_new_commit_on_the_branch_voids_the_diff_approval(
-    here: InProcess, after_approval: bool
+@pytest.mark.parametrize(("change", "says"), BRANCH_MOVED)
+def test_a_branch_changed_after_approve_diff_voids_the_approval(
+    here: InProcess, change: str, says: str
 ) -> None:
     plan = here.to_review()
-    if after_approval:
-        here.accept(f"/approve-diff {plan.head_sha}")
-        push_to(here, plan.branch or "", {"human.txt": "a force-push by a person\n"})
+    here.accept(f"/approve-diff {plan.head_sha}")
+    branch = plan.branch or ""
+    if change == "commit":
+        push_to(here, branch, {"human.txt": "a person's commit\n"})
     else:
-        push_to(here, plan.branch or "", {"human.txt": "a person's commit\n"})
-        here.accept(f"/approve-diff {plan.head_sha}")
+        rewrite_branch(here, branch, delete=change == "delete")
+    plan = here.settle()
+    assert plan.state == PlanState.IN_REVIEW
+    assert here.flow.github.pulls(REPO) == []
+    [told] = [c["body"] for c in here.flow.comments() if "no pull request" in c["body"].lower()]
+    assert says in told and plan.head_sha in told
+
+
+def test_a_commit_pushed_before_approve_diff_of_the_older_head_opens_no_pr(
+    here: InProcess,
+) -> None:
+    plan = here.to_review()
+    push_to(here, plan.branch or "", {"human.txt": "a person's commit\n"})
+    here.accept(f"/approve-diff {plan.head_sha}")
     plan = here.settle()
     assert plan.state == PlanState.IN_REVIEW
     assert here.flow.github.pulls(REPO) == []
     assert any("moved" in c["body"] for c in here.flow.comments())
+
+
+def rewrite_branch(here: InProcess, branch: str, *, delete: bool) -> None:
+    """Force-push the branch's head amended by a person, or delete the branch."""
+    if delete:
+        git(["branch", "--quiet", "-D", branch], cwd=here.flow.origin)
+        return
+    work = here.flow.origin.parent / "human-rewrite"
+    git(
+        ["clone", "--quiet", "--branch", branch, str(here.flow.origin), str(work)],
+        cwd=here.flow.origin.parent,
+    )
+    git(["commit", "--quiet", "--amend", "-m", "rewritten by a person"], cwd=work)
+    git(["push", "--quiet", "--force", "origin", branch], cwd=work)
 
 
 def push_to(here: InProcess, branch: str, files: dict[str, str]) -> None:
