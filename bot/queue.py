@@ -48,6 +48,10 @@ def _transport_options(settings: Settings) -> dict[str, Any]:
     return {
         "visibility_timeout": VISIBILITY_TIMEOUT_S,
         "global_keyprefix": settings.broker_key_prefix,
+        # A Redis that accepts connections but never answers must not hold a web request
+        # (or a worker) for long; the outbox keeps what could not be sent.
+        "socket_connect_timeout": 5,
+        "socket_timeout": 10,
     }
 
 
