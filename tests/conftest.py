@@ -15,11 +15,12 @@ from sqlalchemy import create_engine, text
 
 from bot.app import create_app
 from bot.double.driver import IssueFlow
+from bot.github import STATUS_MARKER
 from bot.migrate import upgrade
 from bot.settings import Settings
 from tests.conftest_git import commit_to_origin, make_origin
 from tests.in_process import BODY, CONFIG, InProcess
-from tests.support import WEBHOOK_SECRET, Backend
+from tests.support import WEBHOOK_SECRET, Backend, commented, issue, repository
 
 PG_ADMIN_URL = os.environ.get(
     "GAFFER_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -33,6 +34,7 @@ API_URL = "https://api.github.test"
 APP_ID = 4242
 INSTALLATION_ID = 77
 REPO = "octo/widgets"
+TITLE = "Widgets overflow the sidebar"
 
 
 @pytest.fixture(scope="session")
@@ -120,6 +122,33 @@ def client(app):
 def origin(tmp_path: Path) -> Path:
     """A bare git repository on disk, used as the repository's clone_url."""
     return make_origin(tmp_path, {"README.md": "# widgets\n", "widgets.py": "VALUE = 1\n"})
+
+
+@pytest.fixture
+def thread(github, origin: Path) -> tuple[dict, dict]:
+    """Issue #1 on the double, and the payload pieces that describe it: (repository, issue)."""
+    github.add_issue(REPO, 1, title=TITLE, body="The sidebar clips long names.", author="reporter")
+    return repository(REPO, str(origin), repo_id=github.repo_id(REPO)), issue(1, title=TITLE)
+
+
+def status_comments(github) -> list[dict]:
+    """Return gaffer's status comments on issue #1 of the double (one, when all is well)."""
+    return [c for c in github.comments(REPO, 1) if STATUS_MARKER in c["body"]]
+
+
+def command_payload(github, thread, body: str, login: str = "maintainer", **extra) -> dict:
+    """Post a person's comment on issue #1 of the double; return its webhook payload."""
+    repo, issue_ = thread
+    comment = github.add_human_comment(REPO, 1, login=login, body=body)
+    return commented(
+        repo,
+        issue_,
+        body,
+        login=login,
+        comment_id=comment["id"],
+        installation_id=INSTALLATION_ID,
+        **extra,
+    )
 
 
 @pytest.fixture

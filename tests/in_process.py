@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import select
 
@@ -10,9 +11,50 @@ from bot.double.driver import IssueFlow
 from bot.models import Delivery, Job, JobState, Plan, PlanState
 from tasks.deliveries import process_delivery
 from tasks.jobs import run_job
+from tests.support import deliver
 
 CONFIG = "checks:\n  - name: tests\n    run: 'true'\n    timeout: 30\n"
 BODY = "```gaffer-script\nexecute:\n  - write: {path: fix.txt, content: ok}\n```\n"
+
+
+def pending_deliveries(wctx) -> list[int]:
+    """Return the ids of stored deliveries no worker has processed yet."""
+    with wctx.db.session() as session:
+        return list(session.scalars(select(Delivery.id).where(Delivery.processed_at.is_(None))))
+
+
+def process_stored(wctx) -> None:
+    """Process every stored, unprocessed delivery here; leave the jobs they queue unrun."""
+    for delivery_id in pending_deliveries(wctx):
+        process_delivery(wctx, delivery_id=delivery_id)
+
+
+def receive(wctx, client, event: str, payload: dict[str, Any], **options: Any) -> None:
+    """Deliver a webhook and process it here, as the worker would."""
+    deliver(client, event, payload, **options)
+    process_stored(wctx)
+
+
+def runnable_jobs(wctx) -> list[int]:
+    """Return the queued jobs a worker would take now (a parked job waits)."""
+    with wctx.db.session() as session:
+        runnable = select(Job.id).where(Job.state == JobState.QUEUED, Job.parked_until.is_(None))
+        return list(session.scalars(runnable))
+
+
+def settle(wctx) -> None:
+    """Process every stored delivery and run every queued job until nothing is left."""
+    while pending_deliveries(wctx) or runnable_jobs(wctx):
+        process_stored(wctx)
+        for job_id in runnable_jobs(wctx):
+            run_job(wctx, job_id=job_id)
+
+
+def the_plan(wctx) -> Plan:
+    """Return the only plan in the database."""
+    with wctx.db.session() as session:
+        [plan] = session.scalars(select(Plan)).all()
+        return plan
 
 
 @dataclass
@@ -24,11 +66,7 @@ class InProcess:
 
     def settle(self) -> Plan:
         """Process every stored delivery and run every queued job until nothing is left."""
-        while self._deliveries() or self._jobs():
-            for delivery_id in self._deliveries():
-                process_delivery(self.wctx, delivery_id=delivery_id)  # type: ignore[arg-type]
-            for job_id in self._jobs():
-                run_job(self.wctx, job_id=job_id)  # type: ignore[arg-type]
+        settle(self.wctx)
         plan = self.flow.plan()
         assert plan is not None
         return plan
@@ -36,8 +74,7 @@ class InProcess:
     def accept(self, body: str, login: str = "maintainer") -> None:
         """Deliver a comment and handle it, leaving the jobs it queued unrun."""
         self.flow.comment(body, login=login)
-        for delivery_id in self._deliveries():
-            process_delivery(self.wctx, delivery_id=delivery_id)  # type: ignore[arg-type]
+        process_stored(self.wctx)
 
     def comment(self, body: str, login: str = "maintainer") -> Plan:
         self.flow.comment(body, login=login)
@@ -49,15 +86,3 @@ class InProcess:
         plan = self.comment("/approve")
         assert plan.state == PlanState.IN_REVIEW, plan.last_error
         return plan
-
-    def _deliveries(self) -> list[int]:
-        with self.wctx.db.session() as session:  # type: ignore[attr-defined]
-            return list(session.scalars(select(Delivery.id).where(Delivery.processed_at.is_(None))))
-
-    def _jobs(self) -> list[int]:
-        with self.wctx.db.session() as session:  # type: ignore[attr-defined]
-            # A parked job (held by a budget or a quota) waits: it is not runnable now.
-            runnable = select(Job.id).where(
-                Job.state == JobState.QUEUED, Job.parked_until.is_(None)
-            )
-            return list(session.scalars(runnable))

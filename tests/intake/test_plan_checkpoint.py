@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
 from sqlalchemy import select
 
-from bot.github import STATUS_MARKER
 from bot.models import Approval, AuditEvent, Job, Plan, PlanState
 from tasks.gitcmd import git
-from tests.conftest import INSTALLATION_ID, REPO
-from tests.support import commented, deliver, issue, labeled, repository, wait_for
-
-TITLE = "Widgets overflow the sidebar"
+from tests.conftest import INSTALLATION_ID, REPO, TITLE, command_payload, status_comments
+from tests.support import deliver, labeled, wait_for
 
 
 def plans(app) -> list[Plan]:
@@ -24,26 +18,6 @@ def plans(app) -> list[Plan]:
 def plan_in(app, state: PlanState) -> Plan | None:
     found = plans(app)
     return found[0] if found and found[0].state == state else None
-
-
-def status_comments(github) -> list[dict]:
-    return [c for c in github.comments(REPO, 1) if STATUS_MARKER in c["body"]]
-
-
-@pytest.fixture
-def thread(github, origin: Path):
-    """Issue #1 on the double, and the payload pieces that describe it."""
-    github.add_issue(REPO, 1, title=TITLE, body="The sidebar clips long names.", author="reporter")
-    return repository(REPO, str(origin), repo_id=github.repo_id(REPO)), issue(1, title=TITLE)
-
-
-def human_command(github, thread, body: str, login: str) -> dict:
-    """Post a person's comment on the double and return the webhook payload for it."""
-    repo, issue_ = thread
-    comment = github.add_human_comment(REPO, 1, login=login, body=body)
-    return commented(
-        repo, issue_, body, login=login, comment_id=comment["id"], installation_id=INSTALLATION_ID
-    )
 
 
 def labeled_and_drafted(app, client, github, thread) -> Plan:
@@ -79,7 +53,7 @@ def test_approve_by_a_writer_approves_the_revision(
     app, client, github, thread, worker, origin
 ) -> None:
     labeled_and_drafted(app, client, github, thread)
-    payload = human_command(github, thread, "/approve", login="maintainer")
+    payload = command_payload(github, thread, "/approve", login="maintainer")
     assert deliver(client, "issue_comment", payload).status_code == 202
     # The worker starts on the approved plan at once, so the plan moves on past `approved`.
     plan = wait_for(lambda: [p for p in plans(app) if p.approved_revision], what="approval")[0]

@@ -27,13 +27,13 @@ from bot.jam.report import (
     read_envelope,
     render_issue,
 )
-from bot.models import Delivery, Job, JobState, Plan, PlanState
+from bot.models import Delivery, Plan, PlanState
 from bot.settings import Settings, SettingsError
 from tasks.deliveries import process_delivery
-from tasks.jobs import run_job
 from tasks.prompts import IssueText, jam_context, plan_prompt
 from tests.conftest import API_URL, INSTALLATION_ID, REPO
 from tests.double_responses import mock_with_responses
+from tests.in_process import settle
 from tests.support import WEBHOOK_SECRET, deliver, issue, labeled, repository, user
 
 JAM_SECRET = "whsec_" + base64.b64encode(b"gaffer-tests-jam-signing-secret!").decode()
@@ -210,22 +210,6 @@ def send_jam(client, payload: dict[str, Any], message_id: str = "msg_1", **heade
     return client.post(
         "/webhooks/jam", data=body, headers={k: v for k, v in sent.items() if v is not None}
     )
-
-
-def settle(wctx) -> None:
-    """Do the worker's part here: process stored deliveries and run queued jobs until none."""
-    while True:
-        with wctx.db.session() as session:
-            deliveries = list(
-                session.scalars(select(Delivery.id).where(Delivery.processed_at.is_(None)))
-            )
-            jobs = list(session.scalars(select(Job.id).where(Job.state == JobState.QUEUED)))
-        if not deliveries and not jobs:
-            return
-        for delivery_id in deliveries:
-            process_delivery(wctx, delivery_id=delivery_id)
-        for job_id in jobs:
-            run_job(wctx, job_id=job_id)
 
 
 def stored(app) -> list[Delivery]:

@@ -11,9 +11,9 @@ from sqlalchemy import select
 
 import bot.webhooks
 from bot.models import Approval, Delivery, Job, Plan, PlanState
-from tasks.deliveries import process_delivery
-from tests.in_process import InProcess
-from tests.support import commented, deliver, sign
+from tests.conftest import command_payload
+from tests.in_process import InProcess, process_stored
+from tests.support import deliver, sign
 
 WEBHOOK_URL = "/webhooks/github"
 
@@ -67,15 +67,8 @@ def human_comment(
     here: InProcess, body: str, login: str = "maintainer", **extra: Any
 ) -> dict[str, Any]:
     """Post a person's comment on the double; return its webhook payload (extra: action, kind)."""
-    made = here.flow.github.add_human_comment(here.flow.full_name, 1, login=login, body=body)
-    return commented(
-        here.flow.repo,
-        here.flow.issue,
-        body,
-        login=login,
-        comment_id=made["id"],
-        installation_id=here.flow.installation_id,
-        **extra,
+    return command_payload(
+        here.flow.github, (here.flow.repo, here.flow.issue), body, login, **extra
     )
 
 
@@ -92,17 +85,8 @@ def handle(here: InProcess, event: str, payload: dict[str, Any], **options: Any)
     """Deliver payload and process every stored delivery, as the worker would."""
     response = deliver(here.flow.client, event, payload, **options)
     assert response.status_code in (200, 202), response.get_json()
-    process_deliveries(here)
+    process_stored(here.wctx)
     return response
-
-
-def process_deliveries(here: InProcess) -> None:
-    """Process every stored, unprocessed delivery; leave the jobs they queued unrun."""
-    with here.wctx.db.session() as session:  # type: ignore[attr-defined]
-        pending = session.scalars(select(Delivery.id).where(Delivery.processed_at.is_(None)))
-        ids = list(pending)
-    for delivery_id in ids:
-        process_delivery(here.wctx, delivery_id=delivery_id)  # type: ignore[arg-type]
 
 
 def replies(here: InProcess) -> list[str]:

@@ -17,17 +17,15 @@ import pytest
 from sqlalchemy import select
 
 from bot.double.driver import IssueFlow
-from bot.github import STATUS_MARKER
-from bot.models import Delivery, Job, JobState, Plan, PlanState
+from bot.models import Job, JobState, Plan, PlanState
 from tasks.deliveries import process_delivery
 from tasks.jobs import run_job
 from tasks.leases import claim
-from tests.conftest import INSTALLATION_ID, REPO
-from tests.in_process import InProcess
+from tests.conftest import INSTALLATION_ID, REPO, status_comments
+from tests.in_process import InProcess, pending_deliveries, process_stored
 from tests.reliability.conftest import (
     handle,
     human_comment,
-    process_deliveries,
     seen,
     send_comment,
     stored,
@@ -56,10 +54,6 @@ def test_a_delivery_id_is_unique_per_hook(
         assert "duplicate" in again.get_json()["message"]
 
 
-def status_comments(here: InProcess) -> list[dict]:
-    return [c for c in here.flow.comments() if STATUS_MARKER in c["body"]]
-
-
 def test_a_redelivered_label_runs_nothing_twice(here: InProcess) -> None:
     payload = labeled(here.flow.repo, here.flow.issue, installation_id=INSTALLATION_ID)
     handle(here, "issues", payload, delivery_id="label-1")
@@ -67,7 +61,7 @@ def test_a_redelivered_label_runs_nothing_twice(here: InProcess) -> None:
     handle(here, "issues", payload, delivery_id="label-2")  # a new delivery of one label
     plan = here.settle()
     assert plan.state == PlanState.DRAFT
-    assert len(status_comments(here)) == 1
+    assert len(status_comments(here.flow.github)) == 1
     assert here.flow.replies() == []
     assert seen(here).jobs == ["plan:r1"]
     assert here.flow.labels() == ["gaffer: draft"]
@@ -127,8 +121,7 @@ def test_two_approve_comments_at_the_same_moment_make_one_transition(
         payload = human_comment(drafted, "/approve", login=login)
         assert deliver(flow.client, "issue_comment", payload).status_code == 202
         payloads.append(payload)
-    with drafted.wctx.db.session() as session:  # type: ignore[attr-defined]
-        ids = list(session.scalars(select(Delivery.id).where(Delivery.processed_at.is_(None))))
+    ids = pending_deliveries(drafted.wctx)
     start = threading.Barrier(len(ids))
     errors: list[BaseException] = []
 
@@ -144,7 +137,7 @@ def test_two_approve_comments_at_the_same_moment_make_one_transition(
         thread.start()
     for thread in threads:
         thread.join(timeout=60)
-    process_deliveries(drafted)  # what the worker's retry of a failed delivery would do
+    process_stored(drafted.wctx)  # what the worker's retry of a failed delivery would do
     after = [seen(drafted, payload) for payload in payloads]
     assert after[0].state == PlanState.APPROVED
     assert after[0].jobs == ["plan:r1", "execute:r1"]

@@ -14,7 +14,6 @@ from sqlalchemy import select, update
 from bot.github import STATUS_MARKER
 from bot.models import Delivery, Job, JobState, Plan, PlanState, utcnow
 from bot.queue import RUN_JOB
-from tasks.deliveries import process_delivery
 from tasks.gitcmd import git
 from tasks.jobs import run_job
 from tasks.reconcile import (
@@ -31,21 +30,15 @@ from tasks.worktrees import (
     readonly_worktree,
     unpushed_commits,
 )
-from tests.conftest import APP_ID, INSTALLATION_ID, REPO
+from tests.conftest import APP_ID, INSTALLATION_ID, REPO, TITLE, command_payload, status_comments
 from tests.detached import cleaned_up, gone, killed_planner, start_detached
-from tests.support import commented, deliver, issue, labeled, repository
+from tests.in_process import receive, the_plan
+from tests.support import labeled
 
-TITLE = "Widgets overflow the sidebar"
 BRANCH = "gaffer/1-widgets-overflow-the-sidebar"
 
 
 # --------------------------------------------------------------------------- arrangement
-
-
-@pytest.fixture
-def thread(github, origin: Path):
-    github.add_issue(REPO, 1, title=TITLE, body="The sidebar clips long names.", author="reporter")
-    return repository(REPO, str(origin), repo_id=github.repo_id(REPO)), issue(1, title=TITLE)
 
 
 @pytest.fixture
@@ -56,19 +49,10 @@ def broker(wctx, monkeypatch) -> list[tuple[str, dict[str, Any]]]:
     return sent
 
 
-def handle(wctx, client, event: str, payload: dict) -> None:
-    """Receive a delivery and process it here, as the worker would."""
-    deliver(client, event, payload)
-    with wctx.db.session() as session:
-        ids = session.scalars(select(Delivery.id).where(Delivery.processed_at.is_(None))).all()
-    for delivery_id in ids:
-        process_delivery(wctx, delivery_id=delivery_id)
-
-
 def labeled_plan(wctx, client, thread) -> tuple[int, int]:
     """Label issue #1 and return (plan id, id of its queued planning job)."""
     repo, issue_ = thread
-    handle(wctx, client, "issues", labeled(repo, issue_, installation_id=INSTALLATION_ID))
+    receive(wctx, client, "issues", labeled(repo, issue_, installation_id=INSTALLATION_ID))
     with wctx.db.session() as session:
         [job] = session.scalars(select(Job)).all()
         return job.plan_id, job.id
@@ -84,17 +68,8 @@ def drafted_plan(wctx, client, thread) -> int:
 
 def approve(wctx, client, github, thread) -> int:
     """Approve the draft with a maintainer's `/approve`; return the execute job's id."""
-    repo, issue_ = thread
-    comment = github.add_human_comment(REPO, 1, login="maintainer", body="/approve")
-    payload = commented(
-        repo,
-        issue_,
-        "/approve",
-        login="maintainer",
-        comment_id=comment["id"],
-        installation_id=INSTALLATION_ID,
-    )
-    handle(wctx, client, "issue_comment", payload)
+    payload = command_payload(github, thread, "/approve")
+    receive(wctx, client, "issue_comment", payload)
     with wctx.db.session() as session:
         return session.scalars(select(Job.id).where(Job.stage == "execute")).one()
 
@@ -134,12 +109,6 @@ def worker_died(wctx, job_id: int, attempts: int = 1) -> None:
     running(wctx, job_id, -timedelta(minutes=1), attempts)
 
 
-def the_plan(wctx) -> Plan:
-    with wctx.db.session() as session:
-        [plan] = session.scalars(select(Plan)).all()
-        return plan
-
-
 def the_job(wctx, job_id: int) -> Job:
     with wctx.db.session() as session:
         return session.get_one(Job, job_id)
@@ -152,10 +121,6 @@ def replies(github) -> list[str]:
         for c in github.comments(REPO, 1)
         if c["user"]["type"] == "Bot" and STATUS_MARKER not in c["body"]
     ]
-
-
-def status_comments(github) -> list[dict]:
-    return [c for c in github.comments(REPO, 1) if STATUS_MARKER in c["body"]]
 
 
 def reconcile_once(wctx, caplog) -> None:
