@@ -17,7 +17,7 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> Flask:
     app = Flask("gaffer")
     app.config.update(GAFFER=settings, MAX_CONTENT_LENGTH=settings.max_body_bytes, **overrides)
     app.extensions["gaffer_db"] = Database(settings.database_url)
-    app.extensions["gaffer_celery"] = make_celery(settings)
+    app.extensions["gaffer_celery"] = make_celery(settings, web=True)
 
     from bot import webhooks
 

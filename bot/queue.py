@@ -21,8 +21,12 @@ QUEUE_OF = {PROCESS_DELIVERY: "github", RUN_JOB: "agent", RECONCILE: "github", C
 VISIBILITY_TIMEOUT_S = 6 * 3600
 
 
-def make_celery(settings: Settings) -> Celery:
-    """Return a Celery app for the configured broker, with gaffer's routing."""
+def make_celery(settings: Settings, *, web: bool = False) -> Celery:
+    """Return a Celery app for the configured broker, with gaffer's routing.
+
+    The web app's (web=True) gives up on the broker at once: the receiver must answer
+    GitHub, and a delivery it could not send stays in the outbox for the reconciler.
+    """
     celery = Celery("gaffer", broker=settings.broker_url, set_as_current=False)
     celery.conf.update(
         task_routes={name: {"queue": queue} for name, queue in QUEUE_OF.items()},
@@ -30,7 +34,7 @@ def make_celery(settings: Settings) -> Celery:
         task_ignore_result=True,
         worker_prefetch_multiplier=1,
         broker_connection_retry_on_startup=True,
-        broker_transport_options=_transport_options(settings),
+        broker_transport_options=_transport_options(settings, web=web),
         beat_schedule={
             # A reconcile that waited past the next beat is dropped: the next one does its work,
             # so a worker back from an outage runs one pass, not one per minute it was away.
@@ -41,17 +45,22 @@ def make_celery(settings: Settings) -> Celery:
     return celery
 
 
-def _transport_options(settings: Settings) -> dict[str, Any]:
+def _transport_options(settings: Settings, *, web: bool) -> dict[str, Any]:
+    # kombu retries a refused connection for seconds (about 6 s on Redis) before a send's
+    # `retry=False` applies; the web side does not wait for that.
+    fast = {"max_retries": 0} if web else {}
     if settings.embedded:
         # The SQL transport hands these to create_engine: wait on SQLite's lock, don't fail.
-        return {"connect_args": {"timeout": 30}}
+        return {"connect_args": {"timeout": 30}, **fast}
+    # A Redis that accepts connections but never answers must not hold a web request for
+    # more than a second, nor a worker for long.
+    seconds = 1.0 if web else 10.0
     return {
         "visibility_timeout": VISIBILITY_TIMEOUT_S,
         "global_keyprefix": settings.broker_key_prefix,
-        # A Redis that accepts connections but never answers must not hold a web request
-        # (or a worker) for long; the outbox keeps what could not be sent.
-        "socket_connect_timeout": 5,
-        "socket_timeout": 10,
+        "socket_connect_timeout": min(seconds, 5.0),
+        "socket_timeout": seconds,
+        **fast,
     }
 
 

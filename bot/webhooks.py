@@ -7,7 +7,6 @@ import logging
 from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
-from flask.blueprints import BlueprintSetupState
 from gidgethub import ValidationFailure
 from gidgethub.sansio import validate_event
 from sqlalchemy import insert
@@ -19,21 +18,6 @@ from bot.routing import handles
 
 bp = Blueprint("webhooks", __name__)
 log = logging.getLogger(__name__)
-
-# kombu retries a refused broker connection for seconds (about 6 s on Redis) before
-# `retry=False` applies; the receiver must answer GitHub at once and leave the row in the
-# outbox. The SQL transport ignores the socket options, and SQLite's lock wait still holds.
-PUBLISH_FAST = {"max_retries": 0}
-PUBLISH_FAST_REDIS = {**PUBLISH_FAST, "socket_connect_timeout": 1.0, "socket_timeout": 1.0}
-
-
-@bp.record_once
-def _publish_without_waiting(state: BlueprintSetupState) -> None:
-    """Make the web app's broker connection fail at once instead of retrying."""
-    celery = state.app.extensions["gaffer_celery"]
-    fast = PUBLISH_FAST if state.app.config["GAFFER"].embedded else PUBLISH_FAST_REDIS
-    celery.conf.broker_transport_options = {**celery.conf.broker_transport_options, **fast}
-
 
 @bp.post("/webhooks/github")
 def receive_github() -> tuple[Response, int]:
