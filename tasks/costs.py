@@ -68,6 +68,8 @@ def park(wctx: WorkerContext, job_id: int, until: datetime, reason: str) -> bool
             .values(
                 state=JobState.QUEUED,
                 parked_until=until,
+                # Waiting is not a try: only a worker lost mid-job counts toward giving up.
+                attempts=Job.attempts - 1,
                 lease_owner=None,
                 lease_expires_at=None,
                 error=reason,

@@ -7,7 +7,8 @@ from pathlib import Path
 from bot.github import RepoClient
 from bot.models import Job, JobState, Plan, PlanRevision, PlanState
 from bot.plans import advance
-from bot.repo_config import RepoConfig, fetch_repo_config
+from bot.render import config_error
+from bot.repo_config import RepoConfig, RepoConfigError, fetch_repo_config
 from bot.states import Event
 from bot.status import publish_status
 from tasks.context import WorkerContext
@@ -27,14 +28,14 @@ def run_planning(wctx: WorkerContext, job: Job) -> None:
         finish(wctx.db, job.id, wctx.worker_id, JobState.CANCELLED, "plan is no longer planning")
         return
     client = wctx.client(plan.installation_id, plan.repository.full_name)
-    config = fetch_repo_config(client, wctx.setting("defaults", None))
-    issue, comments = client.issue_thread(plan.issue_number)
-    prompt = plan_prompt(
-        IssueText(plan.issue_number, issue.title or "", issue.body or "", comments),
-        previous=previous if job.feedback else None,
-        feedback=job.feedback,
-    )
     try:
+        config = fetch_repo_config(client, wctx.setting("defaults", None))
+        issue, comments = client.issue_thread(plan.issue_number)
+        prompt = plan_prompt(
+            IssueText(plan.issue_number, issue.title or "", issue.body or "", comments),
+            previous=previous if job.feedback else None,
+            feedback=job.feedback,
+        )
         text, error = _draft(wctx, plan, job, config, client, prompt)
     except Held as held:
         if park(wctx, job.id, held.until, str(held)):
@@ -42,6 +43,10 @@ def run_planning(wctx: WorkerContext, job: Job) -> None:
         return
     except OverBudget as over:
         text, error = "", f"Stopped: {over}"
+    except RepoConfigError as bad:
+        text, error = "", config_error(str(bad))
+    except Exception as fault:  # noqa: BLE001 - any fault fails the plan by policy, said on the issue
+        text, error = "", f"{type(fault).__name__}: {fault}"
     _record(wctx, plan, job, text, error)
     publish_status(wctx.db, client, plan.id)
 

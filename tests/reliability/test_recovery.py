@@ -14,8 +14,10 @@ from sqlalchemy import select, update
 from bot.github import STATUS_MARKER
 from bot.models import Delivery, Job, JobState, Plan, PlanState, utcnow
 from bot.queue import RUN_JOB
+from tasks.costs import park
 from tasks.gitcmd import git
 from tasks.jobs import run_job
+from tasks.leases import claim
 from tasks.reconcile import (
     MAX_JOB_ATTEMPTS,
     Verdict,
@@ -31,6 +33,7 @@ from tasks.worktrees import (
     unpushed_commits,
 )
 from tests.conftest import APP_ID, INSTALLATION_ID, REPO, TITLE, command_payload, status_comments
+from tests.conftest_git import commit_to_origin
 from tests.detached import cleaned_up, gone, killed_planner, start_detached
 from tests.in_process import receive, the_plan
 from tests.support import labeled
@@ -249,6 +252,43 @@ def test_a_resumed_planning_job_finishes_on_the_next_worker(
     assert the_plan(wctx).state == PlanState.DRAFT
     [status] = status_comments(github)
     assert "Plan r1" in status["body"] and TITLE in status["body"]
+
+
+def test_a_job_held_twice_then_lost_with_its_worker_is_resumed_not_failed(
+    wctx, client, github, thread, broker, caplog
+) -> None:
+    """Waiting for a budget or a quota is not a try: two holds and one death still resume."""
+    _, job_id = labeled_plan(wctx, client, thread)
+    for _ in range(2):
+        assert claim(wctx.db, job_id, wctx.worker_id)
+        assert park(wctx, job_id, utcnow() - timedelta(seconds=1), "held by the daily budget")
+    assert claim(wctx.db, job_id, "dead-worker:1")
+    with wctx.db.session() as session:
+        expired = utcnow() - timedelta(minutes=1)
+        session.execute(update(Job).where(Job.id == job_id).values(lease_expires_at=expired))
+    broker.clear()
+    reconcile_once(wctx, caplog)
+    assert broker == [(RUN_JOB, {"job_id": job_id})]
+    run_job(wctx, job_id=job_id)
+    assert (the_job(wctx, job_id).state, the_plan(wctx).state) == (JobState.DONE, PlanState.DRAFT)
+    assert replies(github) == [
+        "gaffer's worker stopped while planning ran; the job was resumed on another worker."
+    ]
+
+
+def test_a_config_broken_before_the_planner_ran_fails_the_plan_saying_what_to_fix(
+    wctx, client, github, thread, origin
+) -> None:
+    _, job_id = labeled_plan(wctx, client, thread)
+    # Pushed between the label and the planner: the planner reads it, not the handler.
+    commit_to_origin(origin, {".github/gaffer.yml": "max_retries: 99\n"}, "a bad config")
+    run_job(wctx, job_id=job_id)
+    plan = the_plan(wctx)
+    assert (plan.state, the_job(wctx, job_id).state) == (PlanState.FAILED, JobState.FAILED)
+    assert "`max_retries` must be a whole number from 0 to 10" in (plan.last_error or "")
+    [status] = status_comments(github)
+    assert "`max_retries` must be a whole number from 0 to 10" in status["body"]
+    assert github.issue_labels(REPO, 1) == ["gaffer: failed"]
 
 
 def test_a_resumed_execution_continues_from_the_pushed_branch(
