@@ -19,6 +19,7 @@ from bot.routing import handles
 bp = Blueprint("webhooks", __name__)
 log = logging.getLogger(__name__)
 
+
 @bp.post("/webhooks/github")
 def receive_github() -> tuple[Response, int]:
     """Accept one GitHub delivery."""

@@ -359,8 +359,9 @@ def choose_agent(request: Request, command: Command, plan: Plan) -> str | None:
         return f"There is no agent `{command.args['name']}`. Configured: " + ", ".join(
             f"`{name}`" for name in known
         )
-    if plan.state not in (PlanState.PLANNING, PlanState.DRAFT, PlanState.APPROVED):
-        return _wrong_state(command, plan, PlanState.DRAFT)
+    choosable = (PlanState.PLANNING, PlanState.DRAFT, PlanState.APPROVED)
+    if plan.state not in choosable:
+        return _wrong_state(command, plan, *choosable)
     plan.agent, plan.model = command.args["name"], command.args.get("model")
     return None
 

@@ -54,7 +54,10 @@ def enrich(
     """Return what the four Jam tools say about a Jam; without a token, say why not."""
     if not token:
         return Enrichment(unavailable="JAM_TOKEN is not set")
-    client = McpClient(url, token, budget_s, session or requests.Session())
+    if session is None:
+        with requests.Session() as own:
+            return enrich(jam_id, token, url=url, budget_s=budget_s, session=own)
+    client = McpClient(url, token, budget_s, session)
     try:
         client.initialize()
     except EnrichmentError as error:

@@ -102,6 +102,17 @@ def test_an_unknown_agent_gets_the_list_of_configured_ones(here: InProcess) -> N
     assert here.flow.plan().agent == "codex-like"
 
 
+def test_choosing_an_agent_once_the_work_is_done_names_the_states_it_applies_in(
+    here: InProcess,
+) -> None:
+    here.to_review()
+    here.comment("/agent claude")
+    assert here.flow.replies()[-1].endswith(
+        "`/agent` applies when the plan is `planning` or `draft` or `approved`; it is `in_review`."
+    )
+    assert here.flow.plan().agent == "script"  # the one that did the work
+
+
 def test_an_agent_stopped_by_its_quota_is_parked_not_failed(here: InProcess) -> None:
     configure(here, "agent: quota-hit\n")
     here.flow.label()

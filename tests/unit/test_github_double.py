@@ -15,7 +15,7 @@ import responses
 from github import Auth, Github, GithubException
 from github.ContentFile import ContentFile
 
-from bot.double import contract
+from bot.double import contract, webhooks
 from bot.double.app import GitHubState, create_github_double
 from bot.double.loopback import serve_on_loopback
 from tests.double_responses import mock_with_responses
@@ -418,3 +418,9 @@ def test_the_loopback_server_serves_worker_processes(double: GitHubState) -> Non
         )
     assert answer.json()["full_name"] == REPO
     assert answer.json()["url"] == f"{base_url}/repos/{REPO}"
+
+
+def test_a_user_has_the_same_id_in_webhook_payloads_as_in_the_api(served) -> None:
+    via_api = call("GET", f"/repos/{REPO}/issues/1").json()["user"]
+    assert via_api["login"] == "reporter"
+    assert webhooks.user("reporter")["id"] == via_api["id"]
