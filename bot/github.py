@@ -94,12 +94,14 @@ class GitHubApp:
         return RepoClient(gh, full_name, self.app_id, self._writes)
 
     def hook_deliveries(
-        self, *, per_page: int = 100, cursor: str | None = None, failed_only: bool = True
+        self, *, per_page: int = 100, cursor: str | None = None
     ) -> tuple[list[dict[str, Any]], str | None]:
-        """Return one page of the App's webhook deliveries, newest first, and the next cursor."""
+        """Return one page of the App's webhook deliveries, newest first, and the next cursor.
+
+        Every outcome: GitHub's `status=failure` means status codes 400-599 only, and would
+        leave out the deliveries that timed out or found gaffer down (status code 0).
+        """
         parameters: dict[str, Any] = {"per_page": per_page}
-        if failed_only:
-            parameters["status"] = "failure"
         if cursor:
             parameters["cursor"] = cursor
         headers, page = self.integration().requester.requestJsonAndCheck(

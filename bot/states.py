@@ -48,6 +48,7 @@ TRANSITIONS: dict[tuple[S, Event], S] = {
     (S.DRAFT, Event.ICEBOX): S.ICEBOX,
     (S.ICEBOX, Event.THAW): S.DRAFT,
     (S.APPROVED, Event.WORK_STARTED): S.EXECUTING,
+    (S.APPROVED, Event.WORK_FAILED): S.FAILED,  # its worker died before it could start
     (S.EXECUTING, Event.WORK_DONE): S.VERIFYING,
     (S.EXECUTING, Event.WORK_FAILED): S.FAILED,
     (S.VERIFYING, Event.CHECKS_PASSED): S.IN_REVIEW,

@@ -76,14 +76,6 @@ RESUMES_FROM: dict[str, frozenset[PlanState]] = {
     # Opening the PR looks for the branch's PR before creating one, so it may run again.
     "open_pr": frozenset({PlanState.IN_REVIEW}),
 }
-_FAILS_BY = {
-    PlanState.PLANNING: Event.PLAN_FAILED,
-    PlanState.APPROVED: Event.WORK_FAILED,
-    PlanState.EXECUTING: Event.WORK_FAILED,
-    PlanState.VERIFYING: Event.WORK_FAILED,
-}
-
-
 def reconcile(wctx: WorkerContext) -> None:
     """Run every recovery pass once; one failing pass does not stop the others."""
     for recovery in PASSES:
@@ -165,7 +157,6 @@ def _resend_waiting_jobs(wctx: WorkerContext, stale: timedelta) -> int:
             select(Job.id).where(
                 Job.state == JobState.QUEUED,
                 Job.created_at < now - stale,
-                or_(Job.lease_expires_at.is_(None), Job.lease_expires_at < now),
                 or_(Job.parked_until.is_(None), Job.parked_until <= now),
             )
         ).all()
@@ -214,13 +205,8 @@ def _job_values(verdict: Verdict, error: str, now: datetime) -> dict[str, Any]:
 
 
 def _fail_plan(session: Session, plan: Plan, error: str) -> bool:
-    """Move the plan to failed by the event its state allows; return whether it moved."""
-    event = _FAILS_BY.get(plan.state)
-    if event is None:
-        return False
-    if plan.state == PlanState.APPROVED:
-        # The worker died before marking the work started; it did start, so say so first.
-        advance(session, plan, Event.WORK_STARTED, actor="gaffer", reason=error)
+    """Move the plan to failed if its state allows; return whether it moved."""
+    event = Event.PLAN_FAILED if plan.state == PlanState.PLANNING else Event.WORK_FAILED
     return advance(session, plan, event, actor="gaffer", reason=error, last_error=error)
 
 

@@ -998,6 +998,12 @@ def get_repo_installation(owner: str, repo: str) -> ResponseReturnValue:
 def list_deliveries() -> ResponseReturnValue:
     """GET /app/hook/deliveries: newest first, cursor pagination."""
     deliveries = sorted(_state().deliveries, key=lambda d: d.id, reverse=True)
+    # GitHub's outcome filter: success is status codes 200-399, failure 400-599.
+    wanted = {"success": range(200, 400), "failure": range(400, 600)}.get(
+        request.args.get("status", "")
+    )
+    if wanted is not None:
+        deliveries = [d for d in deliveries if d.status_code in wanted]
     per_page = min(request.args.get("per_page", 30, type=int), 100)
     start = int(request.args.get("cursor") or 0)
     response = jsonify([_render().delivery(d) for d in deliveries[start : start + per_page]])

@@ -14,6 +14,7 @@ MOVES = [
     ("revising a draft plans again", S.DRAFT, Event.REVISE, S.PLANNING),
     ("rejecting a draft ends it", S.DRAFT, Event.REJECT, S.REJECTED),
     ("a worker picks up an approved plan", S.APPROVED, Event.WORK_STARTED, S.EXECUTING),
+    ("an approved plan whose worker died fails", S.APPROVED, Event.WORK_FAILED, S.FAILED),
     ("finished work is verified", S.EXECUTING, Event.WORK_DONE, S.VERIFYING),
     ("green checks go to review", S.VERIFYING, Event.CHECKS_PASSED, S.IN_REVIEW),
     (
