@@ -63,7 +63,9 @@ def test_an_agent_told_to_print_its_environment_leaks_nothing(
             assert secret not in text, f"{name} leaked into {place}"
     # gaffer's own worker logs may name the servers (Celery prints the broker, password
     # masked) but never a credential.
-    for path in settings.home.parent.glob("worker-*.log"):
+    logs = list(settings.home.parent.glob("worker-*.log"))
+    assert logs
+    for path in logs:
         for name, secret in secrets.items():
             if "URL" not in name:
                 assert secret not in path.read_text(errors="replace"), f"{name} in {path.name}"

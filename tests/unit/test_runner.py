@@ -59,7 +59,6 @@ def test_timeout_kills_child_and_grandchild(tmp_path):
     result = run(tmp_path, SPAWN_GRANDCHILD, timeout_s=1)
     grandchild = int(result.output.split()[0])
     assert result.timed_out and not result.ok
-    assert result.duration_s < 10
     assert _gone(grandchild)
 
 
@@ -110,7 +109,7 @@ def test_should_stop_ends_the_run(tmp_path):
     result = run(
         tmp_path, "import time; time.sleep(60)", should_stop=lambda: time.monotonic() > deadline
     )
-    assert result.stopped and result.duration_s < 10
+    assert result.stopped
 
 
 def test_process_ignoring_sigterm_is_killed(tmp_path):
