@@ -235,8 +235,7 @@ def _exit_reason(run: RunResult) -> str:
     exited = f"exited with code {run.returncode}"
     if run.out_of_memory:
         return f"ran out of memory (its limit is {run.memory_mb} MB) and {exited}"
-    if run.memory_mb is not None and run.died_of_signal:
-        # A process killed by a signal may have died of a refused allocation without saying so.
+    if run.maybe_out_of_memory:
         return f"{exited} (it may have run out of its {run.memory_mb} MB memory limit)"
     return exited
 

@@ -67,6 +67,14 @@ class RunResult:
         return self.returncode is not None and self.returncode < 0 and not self.killed
 
     @property
+    def maybe_out_of_memory(self) -> bool:
+        """Return True when a process under a memory limit died of a signal nobody sent.
+
+        A refused allocation can end a process that way without printing why.
+        """
+        return self.memory_mb is not None and self.died_of_signal
+
+    @property
     def out_of_memory(self) -> bool:
         """Return True when a failed run under a memory limit says an allocation was refused."""
         if self.memory_mb is None or self.returncode == 0 or self.killed:

@@ -136,7 +136,7 @@ def _memory_note(run: RunResult) -> str | None:
     """Say when the check ran out of memory, or may have, and what the limit is."""
     if run.out_of_memory:
         return f"The check ran out of memory: each check process may use {run.memory_mb} MB."
-    if run.memory_mb is not None and run.died_of_signal:
+    if run.maybe_out_of_memory:
         return (
             f"A check killed by a signal may have run out of memory: each check process "
             f"may use {run.memory_mb} MB."
