@@ -13,6 +13,7 @@ from typing import Any, Final, Literal
 
 import yaml
 
+from bot.agent_names import AGENTS_FILE
 from tasks.pricing import price
 from tasks.runner import RunResult, is_gaffer_secret, run_process, sandbox_env
 from tasks.strays import worktree_mark
@@ -27,7 +28,6 @@ from tasks.usage import (
     parse_opencode_jsonl,
 )
 
-AGENTS_FILE = Path(__file__).resolve().parent.parent / "config" / "agents.yml"
 READ_ONLY_STAGES = frozenset({"plan", "revise"})
 OUTPUTS = ("text", "claude-json", "codex-jsonl", "gemini-json", "aider", "opencode-jsonl")
 PLACEHOLDERS = frozenset({"prompt", "prompt_file", "model", "workdir", "stage", "python"})
