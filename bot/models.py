@@ -25,6 +25,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def github_time(text: str) -> datetime:
+    """Parse a time as GitHub writes it (`2024-01-01T00:00:00Z`) into an aware datetime."""
+    return aware(datetime.fromisoformat(text.replace("Z", "+00:00")))
+
+
 def aware(moment: datetime) -> datetime:
     """Return moment as UTC-aware: SQLite hands back naive UTC datetimes, PostgreSQL aware."""
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

@@ -20,7 +20,16 @@ from sqlalchemy.orm import Session
 
 from bot.db import rows_changed
 from bot.github import LABEL_PREFIX, RepoClient
-from bot.models import Delivery, Job, JobState, Plan, PlanState, Repository, utcnow
+from bot.models import (
+    Delivery,
+    Job,
+    JobState,
+    Plan,
+    PlanState,
+    Repository,
+    github_time,
+    utcnow,
+)
 from bot.plans import advance
 from bot.queue import PROCESS_DELIVERY, RUN_JOB
 from bot.render import lost_worker_reply, stage_doing, times_stopped
@@ -76,6 +85,8 @@ RESUMES_FROM: dict[str, frozenset[PlanState]] = {
     # Opening the PR looks for the branch's PR before creating one, so it may run again.
     "open_pr": frozenset({PlanState.IN_REVIEW}),
 }
+
+
 def reconcile(wctx: WorkerContext) -> None:
     """Run every recovery pass once; one failing pass does not stop the others."""
     for recovery in PASSES:
@@ -415,7 +426,7 @@ def _succeeded(entry: dict[str, Any]) -> bool:
 
 
 def _delivered_at(entry: dict[str, Any]) -> datetime:
-    return datetime.fromisoformat(str(entry["delivered_at"]).replace("Z", "+00:00"))
+    return github_time(str(entry["delivered_at"]))
 
 
 PASSES: tuple[Callable[[WorkerContext], object], ...] = (

@@ -17,7 +17,16 @@ from bot.context import Context
 from bot.costs import plan_jobs, plan_spend
 from bot.github import RepoClient
 from bot.handlers.issues import stop_plan_work
-from bot.models import Approval, CheckResult, Plan, PlanRevision, PlanState, aware, utcnow
+from bot.models import (
+    Approval,
+    CheckResult,
+    Plan,
+    PlanRevision,
+    PlanState,
+    aware,
+    github_time,
+    utcnow,
+)
 from bot.plans import active_plan, add_job, advance, latest_plan
 from bot.queue import RUN_JOB
 from bot.render import cost_reply, refusal, status_reply
@@ -244,7 +253,7 @@ def _github_time(raw: Any) -> datetime | None:
     if not isinstance(raw, str):
         return None
     try:
-        return aware(datetime.fromisoformat(raw.replace("Z", "+00:00")))
+        return github_time(raw)
     except ValueError:
         return None
 
