@@ -42,6 +42,10 @@ class _Token:
     expires_at: datetime
 
 
+def _fresh(token: _Token) -> bool:
+    return token.expires_at - TOKEN_MARGIN > datetime.now(UTC)
+
+
 class GitHubApp:
     """The App's identity: signs JWTs and hands out per-installation clients and tokens."""
 
@@ -62,7 +66,8 @@ class GitHubApp:
             "seconds_between_writes": float(config.get("github_seconds_between_writes", 1.0)),
         }
         self._tokens: dict[int, _Token] = {}
-        self._lock = threading.Lock()
+        self._renewal_locks: dict[int, threading.Lock] = {}
+        self._lock = threading.Lock()  # guards _renewal_locks only
 
     def integration(self) -> GithubIntegration:
         """Return a client authenticated as the App itself (JWT)."""
@@ -72,16 +77,26 @@ class GitHubApp:
 
     def token(self, installation_id: int) -> str:
         """Return a live installation token, renewed before it expires."""
+        cached = self._tokens.get(installation_id)
+        if cached is None or not _fresh(cached):
+            cached = self._renew(installation_id)
+        return cached.value
+
+    def _renew(self, installation_id: int) -> _Token:
+        # Only callers for this installation wait while its token is renewed (with retries
+        # and backoff); other installations' cached tokens are served meanwhile.
         with self._lock:
+            renewal = self._renewal_locks.setdefault(installation_id, threading.Lock())
+        with renewal:
             cached = self._tokens.get(installation_id)
-            if cached is None or cached.expires_at - TOKEN_MARGIN <= datetime.now(UTC):
+            if cached is None or not _fresh(cached):  # unless a caller before us renewed it
                 # A second token is harmless, so a lost answer is simply asked again.
                 access = self._writes.rewrite(
                     lambda: self.integration().get_access_token(installation_id)
                 )
                 cached = _Token(access.token, aware(access.expires_at))
                 self._tokens[installation_id] = cached
-            return cached.value
+            return cached
 
     def installation(self, installation_id: int, full_name: str) -> RepoClient:
         """Return a client for one repository, acting as the installation."""
