@@ -37,7 +37,7 @@ REDIS = os.environ.get("GAFFER_BENCH_REDIS", "redis://127.0.0.1:6379/9")
 def main() -> None:
     args = _arguments()
     database = _fresh_database()
-    server = _serve(database)
+    server = _serve(database, args.workers)
     try:
         body = json.dumps(labeled(repository("acme/widgets", "/dev/null"), issue(1))).encode()
         bare = _load("/bare", body, args)
@@ -68,7 +68,7 @@ def _fresh_database() -> str:
     return url
 
 
-def _serve(database: str) -> subprocess.Popen[bytes]:
+def _serve(database: str, workers: int) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
         "WEBHOOK_SECRET": SECRET,
@@ -83,7 +83,7 @@ def _serve(database: str) -> subprocess.Popen[bytes]:
         "--bind",
         f"127.0.0.1:{PORT}",
         "--workers",
-        str(_arguments().workers),
+        str(workers),
         "--log-level",
         "warning",
         "bench.intake_app:create_bench_app()",
@@ -95,6 +95,8 @@ def _serve(database: str) -> subprocess.Popen[bytes]:
             return server
         except OSError:
             time.sleep(0.1)
+    server.terminate()
+    server.wait(timeout=10)
     raise SystemExit("gunicorn did not start")
 
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from datetime import UTC
 from decimal import Decimal
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from bot.models import Job, Plan, PlanState, Repository
+from bot.models import Job, Plan, PlanState, Repository, aware
 from bot.states import TERMINAL
 
 ZERO = Decimal(0)
@@ -23,21 +24,16 @@ def cost_report(session: Session) -> str:
         .join(Repository, Repository.id == Plan.repository_id)
     ).all()
     sections = [
-        _table(
-            "By repository", _sum((name, cost) for job, _plan, name in rows for cost in [_usd(job)])
-        ),
-        _table("By stage", _sum((job.stage, _usd(job)) for job, _plan, _name in rows)),
-        _table(
-            "By day (UTC)",
-            _sum((f"{job.created_at:%Y-%m-%d}", _usd(job)) for job, _plan, _name in rows),
-        ),
-        _per_merged_pr([(plan, _usd(job)) for job, plan, _name in rows]),
+        _table("By repository", _sum((name, job.cost_usd) for job, _plan, name in rows)),
+        _table("By stage", _sum((job.stage, job.cost_usd) for job, _plan, _name in rows)),
+        _table("By day (UTC)", _sum((_day(job), job.cost_usd) for job, _plan, _name in rows)),
+        _per_merged_pr([(plan, job.cost_usd) for job, plan, _name in rows]),
     ]
     return "\n\n".join(sections)
 
 
-def _usd(job: Job) -> Decimal:
-    return Decimal(job.cost_usd or 0)
+def _day(job: Job) -> str:
+    return f"{aware(job.created_at).astimezone(UTC):%Y-%m-%d}"
 
 
 def _sum(pairs: Iterable[tuple[str, Decimal]]) -> dict[str, Decimal]:
@@ -53,20 +49,13 @@ def _table(title: str, totals: dict[str, Decimal]) -> str:
 
 
 def _per_merged_pr(costs: list[tuple[Plan, Decimal]]) -> str:
-    by_plan: dict[int, Decimal] = defaultdict(lambda: ZERO)
-    states: dict[int, PlanState] = {}
+    by_state: dict[int, tuple[PlanState, Decimal]] = {}
     for plan, usd in costs:
-        by_plan[plan.id] += usd
-        states[plan.id] = plan.state
-    merged = [usd for plan_id, usd in by_plan.items() if states[plan_id] == PlanState.MERGED]
-    wasted = sum(
-        (
-            usd
-            for plan_id, usd in by_plan.items()
-            if states[plan_id] in TERMINAL and states[plan_id] != PlanState.MERGED
-        ),
-        ZERO,
-    )
+        _, so_far = by_state.get(plan.id, (plan.state, ZERO))
+        by_state[plan.id] = (plan.state, so_far + usd)
+    merged = [usd for state, usd in by_state.values() if state == PlanState.MERGED]
+    ended_unmerged = TERMINAL - {PlanState.MERGED}
+    wasted = sum((usd for state, usd in by_state.values() if state in ended_unmerged), ZERO)
     spent = sum(merged, ZERO)
     per_pr = (spent + wasted) / len(merged) if merged else None
     shown = f"${per_pr:.4f}" if per_pr is not None else "no merged PRs yet"

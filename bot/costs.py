@@ -38,7 +38,7 @@ def plan_spend(session: Session, plan_id: int) -> Spend:
 
 def _spend(jobs: Sequence[Job]) -> Spend:
     return Spend(
-        sum((Decimal(j.cost_usd or 0) for j in jobs), Decimal(0)),
+        sum((j.cost_usd for j in jobs), Decimal(0)),
         weakest([j.cost_source for j in jobs]),
     )
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 
 from bot.costs import Spend
 from bot.github import STATUS_MARKER
@@ -131,7 +130,7 @@ def cost_reply(plan: Plan, jobs: Sequence[Job], spend: Spend) -> str:
         rows.append(
             f"| {job.id} | {job.stage} | {job.model or '—'} | {job.input_tokens} | "
             f"{job.output_tokens} | {job.cache_read_tokens} | {job.cache_write_tokens} | "
-            f"{Decimal(job.cost_usd or 0):.4f} | {job.cost_source or '—'} |"
+            f"{job.cost_usd:.4f} | {job.cost_source or '—'} |"
         )
     return f"Plan #{plan.id} has cost {spend} so far.\n\n" + "\n".join(rows)
 

@@ -30,7 +30,7 @@ def add_usage(wctx: WorkerContext, job_id: int, usage: Usage | None) -> None:
         job.cache_read_tokens += usage.cache_read_tokens
         job.cache_write_tokens += usage.cache_write_tokens
         job.reasoning_tokens += usage.reasoning_tokens
-        job.cost_usd = Decimal(job.cost_usd or 0) + (usage.cost_usd or Decimal(0))
+        job.cost_usd += usage.cost_usd or Decimal(0)
         job.cost_source = weakest([job.cost_source, usage.cost_source])
 
 

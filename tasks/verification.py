@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -147,7 +146,7 @@ def _memory_note(run: RunResult) -> str | None:
 def _job_cost(space: Workspace) -> str:
     with space.wctx.db.session() as session:
         job = session.get_one(Job, space.job.id)
-        spend = Spend(Decimal(job.cost_usd or 0), job.cost_source)
+        spend = Spend(job.cost_usd, job.cost_source)
     return f"This job's agent runs cost {spend} so far."
 
 
