@@ -411,6 +411,20 @@ class RepoClient(PullsMixin):
         app = comment.raw_data.get("performed_via_github_app") or {}
         return comment.user.type == "Bot" and app.get("id") == self.app_id
 
+    def shows_status(self, number: int, state: str, comment_id: int) -> bool:
+        """Tell whether the issue has exactly the state's label and still has comment_id."""
+        issue = self.issue(number)
+        labels = {label.name for label in issue.labels if label.name.startswith(LABEL_PREFIX)}
+        if labels != {LABEL_PREFIX + state}:
+            return False
+        try:
+            issue.get_comment(comment_id)
+        except GithubException as error:
+            if error.status == 404:  # someone deleted it
+                return False
+            raise
+        return True
+
     def set_state_label(self, number: int, state: str) -> None:
         """Give the issue exactly one `gaffer: <state>` label."""
         self.writes.rewrite(lambda: self._write_state_label(number, state))

@@ -14,12 +14,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from github import GithubException
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
 
 from bot.db import rows_changed
-from bot.github import LABEL_PREFIX, RepoClient
+from bot.github import RepoClient
 from bot.models import (
     Delivery,
     Job,
@@ -327,30 +326,16 @@ def repost_stale_status(
             clients[where] = wctx.client(*where)
         client = clients[where]
         try:
-            if _status_shown(client, plan):
+            shown = plan.status_comment_id is not None and client.shows_status(
+                plan.issue_number, plan.state.value, plan.status_comment_id
+            )
+            if shown:
                 continue
             publish_status(wctx.db, client, plan.id)
             republished += 1
         except Exception:
             log.warning("could not check plan %s's status comment", plan.id, exc_info=True)
     return republished
-
-
-def _status_shown(client: RepoClient, plan: Plan) -> bool:
-    """Tell whether the issue shows the plan's status comment and exactly its state label."""
-    if plan.status_comment_id is None:
-        return False
-    issue = client.issue(plan.issue_number)
-    labels = {label.name for label in issue.labels if label.name.startswith(LABEL_PREFIX)}
-    if labels != {LABEL_PREFIX + plan.state.value}:
-        return False
-    try:
-        issue.get_comment(plan.status_comment_id)
-    except GithubException as error:
-        if error.status == 404:  # someone deleted it
-            return False
-        raise
-    return True
 
 
 # --------------------------------------------------------------------------- failed deliveries
