@@ -159,7 +159,9 @@ class Rewriter:
     def _delay(self, error: Exception, attempt: int) -> float | None:
         """Return how long to wait before the next attempt, or None when it would not help."""
         backoff = self.backoff_s * 2 ** (attempt - 1)
-        if isinstance(error, requests.RequestException):  # timeouts, resets, retries spent
+        if isinstance(error, requests.exceptions.RetryError):
+            return None  # the transport's own retries of a read are spent: no second layer
+        if isinstance(error, requests.RequestException):  # timeouts, resets
             return backoff
         if not isinstance(error, GithubException):
             return None
