@@ -7,11 +7,10 @@ what running it once did. A pass that fails is logged and tried again on the nex
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, or_, select, update
@@ -38,12 +37,11 @@ from bot.status import publish_status
 from tasks.context import WorkerContext
 from tasks.worktrees import (
     ReapReport,
-    WorktreeError,
     WorktreePool,
     locked,
+    mirrors,
     plan_key,
     reap_readonly,
-    split_full_name,
 )
 
 log = logging.getLogger(__name__)
@@ -263,7 +261,7 @@ def _reap(wctx: WorkerContext) -> dict[str, ReapReport]:
         log.info("removed the read-only worktree %s, whose planner is gone", name)
     active = _plans_holding_worktrees(wctx)
     reports = {}
-    for full_name, mirror in _mirrors(wctx.settings.home):
+    for full_name, mirror in mirrors(wctx.settings.home):
         report = WorktreePool(wctx.settings.home, full_name, mirror).reap(active)
         for key in report.removed:
             log.info("%s: removed the worktree of %s, which no active plan holds", full_name, key)
@@ -282,18 +280,6 @@ def _plans_holding_worktrees(wctx: WorkerContext) -> set[str]:
             select(Plan.id).where(or_(Plan.state.not_in(ENDED), Plan.id.in_(running)))
         ).all()
     return {plan_key(plan_id) for plan_id in ids}
-
-
-def _mirrors(home: Path) -> Iterator[tuple[str, Path]]:
-    """Yield (owner/name, path) of every repository mirror under home."""
-    for mirror in sorted((home / "mirrors").glob("*/*.git")):
-        full_name = f"{mirror.parent.name}/{mirror.name.removesuffix('.git')}"
-        try:
-            split_full_name(full_name)
-        except WorktreeError:
-            continue
-        if (mirror / "HEAD").is_file():
-            yield full_name, mirror
 
 
 # --------------------------------------------------------------------------- status comments

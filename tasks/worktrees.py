@@ -86,6 +86,18 @@ def mirror_path(home: Path, full_name: str) -> Path:
     return home / "mirrors" / owner / f"{name}.git"
 
 
+def mirrors(home: Path) -> Iterator[tuple[str, Path]]:
+    """Yield (owner/name, path) of every repository mirror under home."""
+    for mirror in sorted((home / "mirrors").glob("*/*.git")):
+        full_name = f"{mirror.parent.name}/{mirror.name.removesuffix('.git')}"
+        try:
+            split_full_name(full_name)
+        except WorktreeError:
+            continue
+        if (mirror / "HEAD").is_file():
+            yield full_name, mirror
+
+
 def _mirror_lock(mirror: Path) -> Path:
     return mirror.with_name(mirror.name + ".lock")
 
