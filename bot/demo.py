@@ -21,6 +21,7 @@ from bot.app import create_app
 from bot.double.app import GitHubState, create_github_double
 from bot.double.driver import IssueFlow, wait_for
 from bot.double.loopback import serve_on_loopback
+from bot.double.origin import make_origin
 from bot.migrate import upgrade
 from bot.models import PlanState
 from bot.settings import Settings
@@ -75,7 +76,7 @@ class LocalGaffer:
 def local_gaffer(home: Path, files: dict[str, str], agent_slots: int = 2) -> Iterator[LocalGaffer]:
     """Run gaffer locally under home, against an origin holding files."""
     with ExitStack() as stack:
-        origin = _origin(home, files)
+        origin = make_origin(home, files)
         double, github = create_github_double(app_id=APP_ID, validate=_spec_installed())
         github.add_repo(REPO, origin, installation_id=INSTALLATION)
         github.permissions[(REPO, "maintainer")] = "admin"
@@ -149,27 +150,6 @@ def _show_status(flow: IssueFlow) -> None:
 def _say(who: str, text: str) -> None:
     print(f"\n── {who} " + "─" * max(0, 60 - len(who)))
     print(textwrap.indent(text.strip(), "  "), flush=True)
-
-
-def _origin(home: Path, files: dict[str, str]) -> Path:
-    origin, work = home / "origin.git", home / "seed"
-    subprocess.run(
-        ["git", "init", "--quiet", "--bare", "--initial-branch=main", str(origin)], check=True
-    )
-    subprocess.run(
-        ["git", "clone", "--quiet", str(origin), str(work)], check=True, capture_output=True
-    )
-    for path, text in files.items():
-        (work / path).parent.mkdir(parents=True, exist_ok=True)
-        (work / path).write_text(text)
-    identity = ["-c", "user.name=demo", "-c", "user.email=demo@example.com"]
-    for args in (
-        ["add", "--all"],
-        [*identity, "commit", "--quiet", "-m", "widgets"],
-        ["push", "--quiet", "origin", "HEAD:main"],
-    ):
-        subprocess.run(["git", *args], cwd=work, check=True)
-    return origin
 
 
 def _settings(home: Path, api_url: str) -> Settings:

@@ -15,10 +15,10 @@ from sqlalchemy import create_engine, text
 
 from bot.app import create_app
 from bot.double.driver import IssueFlow
+from bot.double.origin import commit_to_origin, make_origin
 from bot.github import STATUS_MARKER
 from bot.migrate import upgrade
 from bot.settings import Settings
-from tests.conftest_git import commit_to_origin, make_origin
 from tests.in_process import BODY, CONFIG, InProcess
 from tests.support import WEBHOOK_SECRET, Backend, commented, issue, repository
 

@@ -24,8 +24,12 @@ def server_config(tmp_path: Path) -> Path:
         ]
     }
     agents["quota-hit"] = {
-        "command": ["{python}", str(FAKES / "replay.py"),
-                    str(FAKES.parent / "agents" / "claude-usage-limit.json"), "1"],
+        "command": [
+            "{python}",
+            str(FAKES / "replay.py"),
+            str(FAKES.parent / "agents" / "claude-usage-limit.json"),
+            "1",
+        ],
         "output": "claude-json",
     }
     path = tmp_path / "gaffer-server.yml"

@@ -15,11 +15,11 @@ import redis
 import yaml
 
 from bot.double.driver import IssueFlow
+from bot.double.origin import commit_to_origin
 from bot.queue import make_celery
 from bot.settings import Settings
 from tasks.context import WorkerContext
 from tests.conftest import INSTALLATION_ID, REPO
-from tests.conftest_git import commit_to_origin
 from tests.support import WEBHOOK_SECRET, Backend, WorkerProcess, wait_for
 
 CONFIG = """\

@@ -24,6 +24,7 @@ import yaml
 from sqlalchemy import select, update
 
 from bot.double.driver import IssueFlow
+from bot.double.origin import commit_to_origin
 from bot.github import STATUS_MARKER, GitHubApp
 from bot.handlers.installations import remember_installation, remember_repository
 from bot.models import (
@@ -42,7 +43,6 @@ from tasks.leases import claim
 from tasks.reconcile import reconcile, resend_outbox
 from tasks.worktrees import WorktreePool, ensure_mirror, mirror_path
 from tests.conftest import INSTALLATION_ID, REPO
-from tests.conftest_git import commit_to_origin
 from tests.detached import cleaned_up, gone, killed_planner
 from tests.faults.conftest import CONFIG, BrokerOutage, BuildContext, StartWorker
 from tests.support import wait_for

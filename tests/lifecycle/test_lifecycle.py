@@ -9,9 +9,9 @@ import pytest
 from sqlalchemy import select
 
 from bot.double.driver import IssueFlow
+from bot.double.origin import commit_to_origin
 from bot.models import Approval, Job, PlanState
 from tests.conftest import INSTALLATION_ID, REPO
-from tests.conftest_git import commit_to_origin
 from tests.support import WEBHOOK_SECRET, wait_for
 
 CONFIG = """\

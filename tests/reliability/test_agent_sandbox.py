@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from bot.double.driver import IssueFlow
+from bot.double.origin import commit_to_origin
 from bot.models import PlanState
 from tasks import netns
 from tasks.verification import OFFLINE
 from tests.conftest import INSTALLATION_ID, REPO
-from tests.conftest_git import commit_to_origin
 from tests.in_process import InProcess
 from tests.support import WEBHOOK_SECRET
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from bot.double.driver import IssueFlow
+from bot.double.origin import commit_to_origin
 from bot.models import PlanState
 from tests.conftest import INSTALLATION_ID, REPO
-from tests.conftest_git import commit_to_origin
 from tests.in_process import CONFIG, InProcess
 from tests.reliability.conftest import seen, send_comment
 from tests.support import WEBHOOK_SECRET, wait_for

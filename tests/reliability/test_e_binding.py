@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from bot.double.origin import commit_to_origin
 from bot.github import STATUS_MARKER
 from bot.models import Job, JobState, PlanState
 from tasks.gitcmd import git
 from tests.conftest import INSTALLATION_ID, REPO
-from tests.conftest_git import commit_to_origin
 from tests.in_process import InProcess
 from tests.reliability.conftest import handle, seen, send_comment
 from tests.support import labeled

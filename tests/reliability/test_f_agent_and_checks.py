@@ -34,6 +34,7 @@ import pytest
 import yaml
 
 from bot.double.driver import IssueFlow
+from bot.double.origin import commit_to_origin
 from bot.models import Plan, PlanState
 from tasks.execution import branch_name
 from tasks.gitcmd import git
@@ -46,7 +47,6 @@ from tasks.worktrees import (
     resolve_ref,
 )
 from tests.conftest import INSTALLATION_ID, REPO
-from tests.conftest_git import commit_to_origin
 from tests.in_process import InProcess
 from tests.support import WEBHOOK_SECRET
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
+from bot.double.origin import commit_to_origin
 from bot.github import STATUS_MARKER
 from bot.models import Delivery, Job, JobState, Plan, PlanState, utcnow
 from bot.queue import RUN_JOB
@@ -33,7 +34,6 @@ from tasks.worktrees import (
     unpushed_commits,
 )
 from tests.conftest import APP_ID, INSTALLATION_ID, REPO, TITLE, command_payload, status_comments
-from tests.conftest_git import commit_to_origin
 from tests.detached import cleaned_up, gone, killed_planner, start_detached
 from tests.in_process import receive, the_plan
 from tests.support import labeled

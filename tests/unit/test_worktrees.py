@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from bot.double.origin import commit_to_origin, make_origin
 from tasks import strays as strays_module
 from tasks.gitcmd import GitError, basic_auth_header, git
 from tasks.strays import worktree_mark
@@ -23,7 +24,6 @@ from tasks.worktrees import (
     reap_readonly,
     resolve_ref,
 )
-from tests.conftest_git import commit_to_origin, make_origin
 from tests.detached import cleaned_up, gone, killed_planner, start_detached
 
 TOKEN = "ghs_not_a_real_token_0123456789abcdef"

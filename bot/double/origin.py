@@ -1,4 +1,4 @@
-"""Helpers that build real git origins for tests (imported into tests/conftest.py)."""
+"""Real git origins for the GitHub double to serve: made with files, and committed to."""
 
 from __future__ import annotations
 
