@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import Any
 
 from flask import Flask, Response, jsonify
 
 from bot.db import Database
+from bot.masking import SecretMask, mask_logs
 from bot.queue import make_celery
 from bot.settings import Settings
 
@@ -18,6 +21,11 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> Flask:
     app.config.update(GAFFER=settings, MAX_CONTENT_LENGTH=settings.max_body_bytes, **overrides)
     app.extensions["gaffer_db"] = Database(settings.database_url)
     app.extensions["gaffer_celery"] = make_celery(settings, web=True)
+    app.extensions["gaffer_mask"] = SecretMask.from_settings(settings, os.environ)
+    # Records reach the root logger's handlers (or logging's last resort); Flask logs a
+    # failed request through its own logger, and gunicorn through its error logger.
+    loggers = [logging.getLogger(), app.logger, logging.getLogger("gunicorn.error")]
+    mask_logs(app.extensions["gaffer_mask"], loggers)
 
     from bot import webhooks
 
