@@ -15,6 +15,7 @@ import requests
 from github import Auth, Github, GithubException, GithubIntegration, GithubRetry
 from requests.utils import parse_header_links
 
+from bot.masking import SecretMask
 from bot.models import aware
 from bot.settings import Settings
 
@@ -47,12 +48,16 @@ def _fresh(token: _Token) -> bool:
 
 
 class GitHubApp:
-    """The App's identity: signs JWTs and hands out per-installation clients and tokens."""
+    """The App's identity: signs JWTs and hands out per-installation clients and tokens.
 
-    def __init__(self, settings: Settings, *, retries: int = 4) -> None:
+    Every token it mints joins mask, which every client it hands out applies to what it posts.
+    """
+
+    def __init__(self, settings: Settings, mask: SecretMask, *, retries: int = 4) -> None:
         if not (settings.app_id and settings.private_key):
             raise RuntimeError("APP_ID and PRIVATE_KEY (or PRIVATE_KEY_PATH) are needed")
         self.settings = settings
+        self.mask = mask
         self.app_id = int(settings.app_id)
         self._auth = Auth.AppAuth(settings.app_id, settings.private_key)
         self._retry = GithubRetry(
@@ -95,6 +100,8 @@ class GitHubApp:
                     lambda: self.integration().get_access_token(installation_id)
                 )
                 cached = _Token(access.token, aware(access.expires_at))
+                # Masked before anyone can use it, so no text that holds it can be posted.
+                self.mask.add(cached.value, until=cached.expires_at)
                 self._tokens[installation_id] = cached
             return cached
 
@@ -106,7 +113,9 @@ class GitHubApp:
             retry=self._retry,
             **self._pace,
         )
-        return RepoClient(gh, full_name, self.app_id, self._writes)
+        client = RepoClient(gh, full_name, self.app_id, self.mask, self._writes)
+        client.unsandboxed = self.settings.unsandboxed
+        return client
 
     def hook_deliveries(
         self, *, per_page: int = 100, cursor: str | None = None
@@ -213,6 +222,7 @@ class PullsMixin:
 
     repo: Any
     writes: Rewriter
+    mask: SecretMask
 
     def branch_sha(self, branch: str) -> str | None:
         """Return the branch's head on GitHub, or None when it does not exist."""
@@ -241,6 +251,8 @@ class PullsMixin:
 
     def check_run(self, head_sha: str, name: str, external_id: str, **fields: Any) -> CheckRunRef:
         """Create or update the check run with this external_id on head_sha."""
+        if "output" in fields:  # a check's output may print anything it could read
+            fields = {**fields, "output": self.mask.masked(fields["output"])}
         return self.writes.rewrite(
             lambda: self._write_check_run(head_sha, name, external_id, fields)
         )
@@ -267,6 +279,7 @@ class PullsMixin:
 
     def open_pull(self, branch: str, base: str, title: str, body: str) -> tuple[int, str]:
         """Return (number, head sha) of the branch's open PR, creating it if there is none."""
+        title, body = self.mask(title), self.mask(body)
         return self.writes.rewrite(lambda: self._write_pull(branch, base, title, body))
 
     def _write_pull(self, branch: str, base: str, title: str, body: str) -> tuple[int, str]:
@@ -298,15 +311,26 @@ PR_TEMPLATES = (
 
 
 class RepoClient(PullsMixin):
-    """The calls gaffer makes on one repository, each looking up before it creates."""
+    """The calls gaffer makes on one repository, each looking up before it creates.
+
+    Every text it posts (comments, issues, check-run output, pull requests) passes mask.
+    """
 
     def __init__(
-        self, gh: Github, full_name: str, app_id: int, writes: Rewriter | None = None
+        self,
+        gh: Github,
+        full_name: str,
+        app_id: int,
+        mask: SecretMask,
+        writes: Rewriter | None = None,
     ) -> None:
         self.gh = gh
         self.full_name = full_name
         self.app_id = app_id
+        self.mask = mask
         self.writes = writes or Rewriter()
+        # The server runs agents without isolation (`sandbox: none`): the status says so.
+        self.unsandboxed = False
         self._repo: Any = None
 
     @property
@@ -351,6 +375,7 @@ class RepoClient(PullsMixin):
         Only issues updated after `since` are searched: pass a time before any earlier
         attempt could have opened the issue.
         """
+        title, body = self.mask(title), self.mask(body)
         return self.writes.rewrite(lambda: self._write_issue(title, body, labels, marker, since))
 
     def _write_issue(
@@ -374,6 +399,7 @@ class RepoClient(PullsMixin):
         A reply carries no marker to look for, so one whose answer was lost is posted again:
         a rare duplicate reply is better than a question left without an answer.
         """
+        body = self.mask(body)
         return self.writes.rewrite(lambda: int(self.issue(number).create_comment(body).id))
 
     def react(self, number: int, comment_id: int, content: str = "eyes") -> None:
@@ -384,6 +410,7 @@ class RepoClient(PullsMixin):
 
     def upsert_status(self, number: int, body: str, known_id: int | None) -> int:
         """Edit gaffer's one status comment on the issue, creating it only if none exists."""
+        body = self.mask(body)
         return self.writes.rewrite(lambda: self._write_status(number, body, known_id))
 
     def _write_status(self, number: int, body: str, known_id: int | None) -> int:

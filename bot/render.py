@@ -66,6 +66,8 @@ def status_comment(
     plan_text: str | None,
     verification: Verification | None = None,
     spend: Spend | None = None,
+    *,
+    unsandboxed: bool = False,
 ) -> str:
     """Render gaffer's one status comment for the plan."""
     revision = f" · revision r{plan.current_revision}" if plan.current_revision else ""
@@ -84,6 +86,8 @@ def status_comment(
         parts.append(_verification(plan, verification))
     parts.append(cost_line(plan, spend))
     parts.append("**Commands:** " + " · ".join(f"`{c}`" for c in commands_for(plan)))
+    if unsandboxed:
+        parts.append(UNSANDBOXED)
     agent = plan.agent or "default"
     parts.append(
         f"<sub>agent: {agent} · plan #{plan.id} · the database is the record; "
@@ -91,6 +95,11 @@ def status_comment(
     )
     return "\n\n".join(parts)
 
+
+UNSANDBOXED = (
+    "⚠️ **This server runs agents and checks without a sandbox** (`sandbox: none`): they "
+    "can reach what the worker can."
+)
 
 _ICON = {"success": "✅", "failure": "❌", "timed_out": "⏱️", "neutral": "➖", None: "⏳"}
 

@@ -45,6 +45,11 @@ class Settings:
         """Tell whether gaffer runs on its server-less default (SQLite and the SQL broker)."""
         return self.broker_url.startswith("sqla+")
 
+    @property
+    def unsandboxed(self) -> bool:
+        """Tell whether the operator chose to run agents and checks without the sandbox."""
+        return self.server_config.get("sandbox") == "none"
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Build settings from an environment mapping (os.environ by default)."""

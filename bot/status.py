@@ -62,7 +62,8 @@ def _render(db: Database, client: RepoClient, plan_id: int) -> _Shown:
             .order_by(CheckResult.id)
         ).all()
         spend = plan_spend(session, plan_id)
-        body = status_comment(plan, text, _verification(client, plan, list(checks)), spend)
+        verification = _verification(client, plan, list(checks))
+        body = status_comment(plan, text, verification, spend, unsandboxed=client.unsandboxed)
         return _Shown(body, plan.state, plan.issue_number, plan.status_comment_id)
 
 

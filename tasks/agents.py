@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import string
 import sys
@@ -10,12 +11,15 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final, Literal
+from urllib.parse import urlsplit
 
 import yaml
 
 from bot.agent_names import AGENTS_FILE
+from tasks.egress import EgressPolicy
 from tasks.pricing import price
 from tasks.runner import RunResult, is_gaffer_secret, run_process, sandbox_env
+from tasks.sandbox import Sandbox, SandboxUnavailable
 from tasks.strays import worktree_mark
 from tasks.usage import (
     LiveUsage,
@@ -32,8 +36,11 @@ READ_ONLY_STAGES = frozenset({"plan", "revise"})
 OUTPUTS = ("text", "claude-json", "codex-jsonl", "gemini-json", "aider", "opencode-jsonl")
 PLACEHOLDERS = frozenset({"prompt", "prompt_file", "model", "workdir", "stage", "python"})
 KEYS = frozenset(
-    {"command", "plan_command", "model_args", "output", "env", "description", "memory_mb"}
+    {"command", "plan_command", "model_args", "output", "env", "description", "memory_mb", "egress"}
 )
+# An env value naming where the agent's model answers (a local model server, say) is an
+# endpoint the operator configured: the sandbox lets the agent reach it.
+ENDPOINT_NAME = re.compile(r"(_BASE_URL|_API_BASE|_ENDPOINT)$")
 ERROR_TAIL_CHARS = 500
 # An agent that names no memory_mb gets the server's `agent_memory_mb`.
 SERVER_DEFAULT: Final = "server"
@@ -65,6 +72,7 @@ class AgentSpec:
     plan_command: tuple[str, ...] | None = None
     model_args: tuple[str, ...] = ()
     memory_mb: int | Literal["server"] | None = SERVER_DEFAULT
+    egress: tuple[str, ...] = ()
 
     def memory_limit_mb(self, server_default: int | None) -> int | None:
         """Return the agent's memory limit in MB, or None for no limit."""
@@ -191,7 +199,32 @@ def parse_agent(name: str, raw: Any) -> AgentSpec:
         plan_command=_argv_field(name, raw, "plan_command"),
         model_args=_argv_field(name, raw, "model_args") or (),
         memory_mb=_memory_mb(name, raw),
+        egress=_egress(name, raw),
     )
+
+
+def _egress(name: str, raw: Mapping[str, Any]) -> tuple[str, ...]:
+    """Read the hosts the agent may reach: `api.example.com`, `*.example.com`, `host:port`."""
+    hosts = _strings(name, "egress", raw.get("egress", []), empty_ok=True)
+    try:
+        EgressPolicy(allow=hosts)
+    except ValueError as error:
+        raise AgentConfigError(f"agent {name!r}: `egress` {error}") from error
+    return hosts
+
+
+def egress_of(spec: AgentSpec, env: Mapping[str, str]) -> list[str]:
+    """Return the hosts the agent may reach: its `egress` and the endpoints its env names."""
+    hosts = list(spec.egress)
+    for name, value in env.items():
+        if not ENDPOINT_NAME.search(name):
+            continue
+        url = urlsplit(value)
+        if url.hostname and url.scheme in ("http", "https"):
+            port = url.port or (443 if url.scheme == "https" else 80)
+            host = f"[{url.hostname}]" if ":" in url.hostname else url.hostname
+            hosts.append(f"{host}:{port}")
+    return hosts
 
 
 def load_agents(
@@ -223,6 +256,8 @@ def _failure(spec: AgentSpec, run: RunResult, timeout_s: float, idle_s: float | 
         return f"agent {spec.name!r} printed more output than allowed and was stopped"
     if run.stopped:
         return f"agent {spec.name!r} was stopped"
+    if run.cpu_limited:
+        return f"agent {spec.name!r} used all the CPU time its run may use and was stopped"
     if run.returncode != 0:
         tail = run.output.strip()[-ERROR_TAIL_CHARS:]
         message = f"agent {spec.name!r} {_exit_reason(run)}"
@@ -242,7 +277,13 @@ def _exit_reason(run: RunResult) -> str:
 
 def _not_installed(spec: AgentSpec, program: str) -> AgentResult:
     """Report a missing executable as a failed result, not an exception."""
-    error = f"agent '{spec.name}' is not installed on this worker (looked for `{program}` on PATH)"
+    return _not_started(
+        f"agent '{spec.name}' is not installed on this worker (looked for `{program}` on PATH)"
+    )
+
+
+def _not_started(error: str) -> AgentResult:
+    """Report an agent that could not be started as a failed result, not an exception."""
     run = RunResult(None, False, False, False, False, "", 0.0)
     return AgentResult(text="", ok=False, error=error, run=run)
 
@@ -270,12 +311,16 @@ def run_agent(
     spend_limit_usd: Decimal | None = None,
     prices: Mapping[str, Any] | None = None,
     memory_mb: int | None = None,
+    sandbox: Sandbox | None = None,
+    shown: Sequence[Path] = (),
 ) -> AgentResult:
     """Run the agent for one stage in workdir and return its parsed, priced answer.
 
     With spend_limit_usd, the agent's live usage (stream formats) is priced as it arrives
     and the agent is stopped once it has spent the limit. With memory_mb, the agent and
-    each process it starts may use that much memory.
+    each process it starts may use that much memory. With a sandbox, the agent runs
+    isolated: it sees workdir (read-only in planning stages), its home, its prompt file and
+    `shown` (the repository's mirror), and reaches only its egress hosts.
     """
     job_dir.mkdir(parents=True, exist_ok=True)
     prompt_file = job_dir / "prompt.md"
@@ -298,6 +343,20 @@ def run_agent(
     if shutil.which(argv[0], path=env["PATH"]) is None:
         return _not_installed(spec, argv[0])
     meter = SpendMeter(model, spend_limit_usd, prices)
+    box = None
+    if sandbox is not None:
+        try:
+            sandbox.check()
+        except SandboxUnavailable as missing:
+            return _not_started(str(missing))
+        box = sandbox.box(
+            workdir,
+            job_dir / "home",
+            read_only=[prompt_file, *shown],
+            egress=egress_of(spec, env),
+            egress_log=job_dir / "egress.log",
+            writable=stage not in READ_ONLY_STAGES,
+        )
     run = run_process(
         argv,
         cwd=workdir,
@@ -308,6 +367,8 @@ def run_agent(
         should_stop=lambda: meter.over() or bool(should_stop and should_stop()),
         on_output=meter.feed,
         memory_mb=memory_mb,
+        sandbox=sandbox,
+        box=box,
     )
     # Parse even a failed run: a Claude error result or a quota hit still reports usage.
     parsed = _parse(spec, run.output)

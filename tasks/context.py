@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,8 +13,10 @@ from celery import Celery
 
 from bot.db import Database
 from bot.github import GitHubApp, RepoClient
+from bot.masking import SecretMask
 from bot.queue import enqueue
 from bot.settings import Settings
+from tasks.sandbox import Sandbox
 
 
 @dataclass
@@ -25,9 +29,24 @@ class WorkerContext:
     github_app: GitHubApp
     worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
 
+    @property
+    def mask(self) -> SecretMask:
+        """Return the mask every text gaffer posts or logs passes through."""
+        return self.github_app.mask
+
     @classmethod
-    def build(cls, settings: Settings, celery: Celery) -> WorkerContext:
-        return cls(settings, Database(settings.database_url), celery, GitHubApp(settings))
+    def build(
+        cls, settings: Settings, celery: Celery, environ: Mapping[str, str] | None = None
+    ) -> WorkerContext:
+        """Build the context; agents read their keys from environ (os.environ by default)."""
+        mask = SecretMask.from_settings(settings, os.environ if environ is None else environ)
+        github_app = GitHubApp(settings, mask)
+        return cls(settings, Database(settings.database_url), celery, github_app)
+
+    @functools.cached_property
+    def sandbox(self) -> Sandbox:
+        """Return how this worker isolates agents and checks (the `sandbox:` setting)."""
+        return Sandbox.from_settings(self.settings, os.environ)
 
     def client(self, installation_id: int, full_name: str) -> RepoClient:
         """Return a GitHub client for one repository of one installation."""

@@ -172,11 +172,11 @@ class DiffReport:
         return tuple(change.path for change in self.changes)
 
 
-def changed_files(worktree: Path, base_sha: str, head_sha: str) -> list[FileChange]:
-    """Return the files changed between two commits, renames detected."""
+def changed_files(repo: Path, base_sha: str, head_sha: str) -> list[FileChange]:
+    """Return the files changed between two commits of repo, renames detected."""
     raw = git(
         ["diff", "--numstat", "-z", "--find-renames", "--no-ext-diff", base_sha, head_sha, "--"],
-        cwd=worktree,
+        cwd=repo,
     )
     return parse_numstat(raw)
 

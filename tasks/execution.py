@@ -16,7 +16,6 @@ from bot.status import publish_status
 from tasks.agents import AgentResult
 from tasks.context import WorkerContext
 from tasks.costs import park
-from tasks.gitcmd import git
 from tasks.leases import finish
 from tasks.planning import job_dir
 from tasks.prompts import IssueText, execute_prompt, fix_prompt
@@ -29,7 +28,9 @@ from tasks.worktrees import (
     mirror_path,
     plan_key,
     push_branch,
+    repair_gitfile,
     resolve_ref,
+    worktree_git,
 )
 
 
@@ -200,17 +201,18 @@ def _agent(space: Workspace, stage: str, prompt: str) -> AgentResult:
 
 def _commit_and_push(space: Workspace) -> str:
     worktree, plan = space.worktree, space.plan
-    if git(["status", "--porcelain"], cwd=worktree):
-        git(["add", "--all"], cwd=worktree)
+    repair_gitfile(worktree)
+    if worktree_git(worktree, ["status", "--porcelain"]):
+        worktree_git(worktree, ["add", "--all"])
         message = (
             f"gaffer: {plan.issue_title}\n\nPlan #{plan.id}, revision r{plan.approved_revision}."
         )
-        git(["commit", "--quiet", "--no-verify", "-m", message], cwd=worktree)
+        worktree_git(worktree, ["commit", "--quiet", "--no-verify", "-m", message])
     branch = plan.branch or ""
     if space.client.branch_protected(branch):
         raise StopWork(f"gaffer never pushes to the protected branch {branch!r}")
     token = space.wctx.github_app.token(plan.installation_id)
-    return push_branch(worktree, branch, plan.clone_url, token, set(), space.default_branch)
+    return push_branch(space.mirror, branch, plan.clone_url, token, set(), space.default_branch)
 
 
 def _moved(space: Workspace, event: Event, **changes: Any) -> None:

@@ -24,7 +24,16 @@ PASSED_ENV_NAMES = (
     "https_proxy",
     "no_proxy",
 )
-SAFE_OPTIONS = ("-c", "core.hooksPath=/dev/null", "-c", "credential.helper=")
+# What a repository's own config could add to make gaffer's git run a program or send its
+# token elsewhere is switched off on the command line, which wins over every config file.
+SAFE_OPTIONS = (
+    *("-c", "core.hooksPath=/dev/null"),
+    *("-c", "credential.helper="),
+    *("-c", "core.fsmonitor=false"),
+    *("-c", "protocol.ext.allow=never"),
+    # Worktrees belong to the sandbox's uid; gaffer names the git folder itself (git_dir).
+    *("-c", "safe.directory=*"),
+)
 
 
 class GitError(Exception):
@@ -67,9 +76,21 @@ def git_env(token: str | None) -> dict[str, str]:
     return env
 
 
-def git(args: Sequence[str], *, cwd: Path, token: str | None = None, timeout: float = 600) -> str:
-    """Run one git command and return its stdout without the trailing newline."""
-    argv = ["git", *SAFE_OPTIONS, *args]
+def git(
+    args: Sequence[str],
+    *,
+    cwd: Path,
+    token: str | None = None,
+    timeout: float = 600,
+    git_dir: Path | None = None,
+) -> str:
+    """Run one git command and return its stdout without the trailing newline.
+
+    With git_dir, cwd is the work tree and its `.git` (which an agent could rewrite) is
+    never read.
+    """
+    place = [] if git_dir is None else [f"--git-dir={git_dir}", f"--work-tree={cwd}"]
+    argv = ["git", *SAFE_OPTIONS, *place, *args]
     proc = subprocess.Popen(
         argv,
         cwd=cwd,

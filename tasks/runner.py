@@ -14,9 +14,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
+
+from tasks.sandbox import Box, Launch, Sandbox
 
 POLL_S = 0.2
 GRACE_S = 2.0
@@ -50,6 +52,9 @@ class RunResult:
     output: str
     duration_s: float
     memory_mb: int | None = None
+    cpu_limited: bool = False
+    # The kernel killed a process of the run's control group for using too much memory.
+    oom_killed: bool = False
 
     @property
     def ok(self) -> bool:
@@ -59,7 +64,13 @@ class RunResult:
     @property
     def killed(self) -> bool:
         """Return True when gaffer ended the process (timeout, idle, flood or stop)."""
-        return self.timed_out or self.idle_timed_out or self.output_limited or self.stopped
+        return (
+            self.timed_out
+            or self.idle_timed_out
+            or self.output_limited
+            or self.stopped
+            or self.cpu_limited
+        )
 
     @property
     def died_of_signal(self) -> bool:
@@ -79,7 +90,9 @@ class RunResult:
         """Return True when a failed run under a memory limit says an allocation was refused."""
         if self.memory_mb is None or self.returncode == 0 or self.killed:
             return False
-        return bool(OUT_OF_MEMORY.search(self.output[-OUT_OF_MEMORY_TAIL_CHARS:]))
+        return self.oom_killed or bool(
+            OUT_OF_MEMORY.search(self.output[-OUT_OF_MEMORY_TAIL_CHARS:])
+        )
 
 
 def is_gaffer_secret(name: str) -> bool:
@@ -191,12 +204,16 @@ class _Limits:
     timeout_s: float
     idle_timeout_s: float | None
     should_stop: Callable[[], bool] | None
+    cpu_s: float | None = None
+    cpu_used: Callable[[], float] | None = None
 
     def reason(self, capture: _OutputCapture) -> str | None:
         """Name the limit that was crossed, if any."""
         now = time.monotonic()
         if capture.over_limit:
             return "output_limited"
+        if self.cpu_s is not None and self.cpu_used is not None and self.cpu_used() > self.cpu_s:
+            return "cpu_limited"
         if now - self.started > self.timeout_s:
             return "timed_out"
         if self.idle_timeout_s is not None and now - capture.last_at > self.idle_timeout_s:
@@ -247,10 +264,13 @@ def _stdin_file(stdin_text: str | None) -> contextlib.AbstractContextManager[IO[
 PR_SET_PDEATHSIG = 1
 
 
-def _child_setup(memory_mb: int | None) -> Callable[[], None] | None:
-    """Return a pre-exec hook: die with the worker (Linux) and stay within memory_mb."""
+def _child_setup(
+    memory_mb: int | None, sandbox_setup: Callable[[], None] | None
+) -> Callable[[], None] | None:
+    """Return a pre-exec hook: die with the worker (Linux), stay within memory_mb, and do
+    what the sandbox asks (join the run's control group, take its limits)."""
     dies_with_parent = _dies_with_parent()
-    if dies_with_parent is None and memory_mb is None:
+    if dies_with_parent is None and memory_mb is None and sandbox_setup is None:
         return None
 
     def setup() -> None:
@@ -258,6 +278,8 @@ def _child_setup(memory_mb: int | None) -> Callable[[], None] | None:
             dies_with_parent()
         if memory_mb is not None:
             _limit_memory(memory_mb)
+        if sandbox_setup is not None:
+            sandbox_setup()
 
     return setup
 
@@ -288,6 +310,7 @@ def _start(
     env: Mapping[str, str],
     stdin: IO[bytes] | None,
     memory_mb: int | None,
+    sandbox_setup: Callable[[], None] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start argv as the leader of a new session, stdout and stderr on one pipe."""
     return subprocess.Popen(
@@ -298,7 +321,7 @@ def _start(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        preexec_fn=_child_setup(memory_mb),  # noqa: PLW1509 - prctl and setrlimit, no locks
+        preexec_fn=_child_setup(memory_mb, sandbox_setup),  # noqa: PLW1509 - prctl and setrlimit, no locks
     )
 
 
@@ -330,19 +353,33 @@ def run_process(
     should_stop: Callable[[], bool] | None = None,
     on_output: Callable[[str], None] | None = None,
     memory_mb: int | None = None,
+    sandbox: Sandbox | None = None,
+    box: Box | None = None,
 ) -> RunResult:
     """Run argv in its own process group and kill the whole group when a limit is crossed.
 
-    With memory_mb, the process and each process it starts may use that much memory.
+    With memory_mb, the process and each process it starts may use that much memory. With
+    an enabled sandbox and a box, the run is isolated (tasks/sandbox.py): memory_mb then
+    also bounds its whole process tree, and its CPU time is limited.
     """
     started = time.monotonic()
     limits = _Limits(started, timeout_s, idle_timeout_s, should_stop)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "a", encoding="utf-8") as log, _stdin_file(stdin_text) as stdin:
+    with (
+        open(log_path, "a", encoding="utf-8") as log,
+        _stdin_file(stdin_text) as stdin,
+        _isolated(argv, env, sandbox, box, memory_mb) as launch,
+    ):
         capture = _OutputCapture(log, max_output_bytes, on_output)
-        proc = _start(argv, cwd, env, stdin, memory_mb)
+        if launch is None:
+            proc = _start(argv, cwd, env, stdin, memory_mb)
+        else:
+            limits.cpu_s = launch.cpu_limit_s
+            limits.cpu_used = launch.cpu_seconds
+            proc = _start(launch.argv, cwd, launch.env, stdin, memory_mb, launch.setup)
         reason = _run_to_end(proc, capture, limits)
         output = capture.finish()
+        oom_killed = launch is not None and launch.oom_killed()
     return RunResult(
         returncode=proc.returncode,
         timed_out=reason == "timed_out",
@@ -352,4 +389,19 @@ def run_process(
         output=output,
         duration_s=time.monotonic() - started,
         memory_mb=memory_mb,
+        cpu_limited=reason == "cpu_limited",
+        oom_killed=oom_killed,
     )
+
+
+def _isolated(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    sandbox: Sandbox | None,
+    box: Box | None,
+    memory_mb: int | None,
+) -> contextlib.AbstractContextManager[Launch | None]:
+    """Return the sandboxed launch of argv, or nothing when it runs as it is."""
+    if sandbox is None or box is None or not sandbox.enabled:
+        return contextlib.nullcontext()
+    return sandbox.launch(argv, env, replace(box, memory_mb=memory_mb))

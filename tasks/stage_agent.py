@@ -19,6 +19,7 @@ from tasks.costs import (
     tomorrow,
 )
 from tasks.leases import is_cancelled
+from tasks.worktrees import git_dirs
 
 # Enough for any agent CLI; a runaway is stopped long before it starves the worker.
 AGENT_MEMORY_MB = 4096
@@ -72,6 +73,8 @@ def run_stage_agent(
         spend_limit_usd=left,
         prices=wctx.setting("prices", None),
         memory_mb=spec.memory_limit_mb(wctx.setting("agent_memory_mb", AGENT_MEMORY_MB)),
+        sandbox=wctx.sandbox,
+        shown=git_dirs(workdir, wctx.settings.home),
     )
     add_usage(wctx, job.id, result.usage)
     if result.over_budget:

@@ -22,10 +22,10 @@ from tasks.checkruns import (
     fit_title,
 )
 from tasks.diffcheck import analyse, changed_files, plan_scope
-from tasks.gitcmd import git
 from tasks.netns import offline_argv
 from tasks.runner import RunResult, run_process, sandbox_env
 from tasks.strays import worktree_mark
+from tasks.worktrees import git_dirs, repair_gitfile, worktree_git
 
 if TYPE_CHECKING:
     from tasks.execution import Workspace
@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 # otherwise (null: no limit); a check's own `memory_mb` may ask for less, never more.
 CHECK_MEMORY_MB = 4096
 OFFLINE = "The check ran without network (`checks_network: false`)."
+SANDBOX_NETWORK = (
+    "The check reached the network through gaffer's proxy (never gaffer's own services)."
+)
 NOT_OFFLINE = "Network isolation is not available on this worker; the check ran with network."
 
 
@@ -73,20 +76,29 @@ def _run_check(space: Workspace, head_sha: str, check: Check) -> tuple[CheckOutp
     ref = space.client.check_run(
         head_sha, check_run_name(name), ext, status="in_progress", started_at=datetime.now(UTC)
     )
-    argv, network_note = _check_argv(check.run, offline=not space.config.checks_network)
+    sandbox = space.wctx.sandbox
+    home = space.dir / f"check-{name}-home"
+    argv, network_note = _check_argv(
+        check.run, offline=not space.config.checks_network, sandboxed=sandbox.enabled
+    )
     run = run_process(
         argv,
         cwd=space.worktree,
         env=sandbox_env(
-            allow=(),
-            source=os.environ,
-            home=space.dir / f"check-{name}-home",
-            extra=worktree_mark(space.worktree),
+            allow=(), source=os.environ, home=home, extra=worktree_mark(space.worktree)
         ),
         log_path=space.dir / f"check-{name}.log",
         timeout_s=float(check.timeout),
         should_stop=None,
         memory_mb=check_memory_mb(check, space.wctx.setting("check_memory_mb", CHECK_MEMORY_MB)),
+        sandbox=sandbox,
+        box=sandbox.box(
+            space.worktree,
+            home,
+            read_only=git_dirs(space.worktree, space.wctx.settings.home),
+            egress=None if space.config.checks_network else (),
+            egress_log=space.dir / f"check-{name}-egress.log",
+        ),
     )
     output = check_output(
         name,
@@ -109,9 +121,12 @@ def check_memory_mb(check: Check, server_mb: int | None) -> int | None:
     return min(check.memory_mb or server_mb, server_mb)
 
 
-def _check_argv(command: str, *, offline: bool) -> tuple[list[str], str | None]:
+def _check_argv(command: str, *, offline: bool, sandboxed: bool) -> tuple[list[str], str | None]:
     """Return the check's argv and what its summary says about the network it had."""
     argv = ["bash", "-c", command]
+    if sandboxed:
+        # The sandbox gives the check loopback only, or the outside through gaffer's proxy.
+        return argv, OFFLINE if offline else SANDBOX_NETWORK
     if not offline:
         return argv, None
     isolated = offline_argv(argv)
@@ -153,15 +168,16 @@ def _job_cost(space: Workspace) -> str:
 def _restore(worktree: Path) -> None:
     # What a check leaves behind (caches, reports) must not be committed as the agent's work;
     # ignored files such as a set-up virtualenv stay.
-    git(["reset", "--quiet", "--hard", "HEAD"], cwd=worktree)
-    git(["clean", "-ffdq"], cwd=worktree)
+    repair_gitfile(worktree)
+    worktree_git(worktree, ["reset", "--quiet", "--hard", "HEAD"])
+    worktree_git(worktree, ["clean", "-ffdq"])
 
 
 def _diff_check(space: Workspace, head_sha: str) -> CheckOutput:
     name = "diff"
     ext = external_id(space.plan.id, name, head_sha)
     report = analyse(
-        changed_files(space.worktree, space.plan.base_sha or "", head_sha),
+        changed_files(space.mirror, space.plan.base_sha or "", head_sha),
         scope=plan_scope(space.plan_text),
         protected_paths=list(space.config.protected_paths),
     )

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_ready, worker_shutdown
+from celery.signals import (
+    after_setup_logger,
+    after_setup_task_logger,
+    worker_ready,
+    worker_shutdown,
+)
 
+from bot.masking import SecretMask, mask_logs
 from bot.queue import CLEANUP, PROCESS_DELIVERY, RECONCILE, RUN_JOB, make_celery
 from bot.settings import Settings
 from tasks.cleanup import cleanup_plan
@@ -15,12 +22,17 @@ from tasks.deliveries import process_delivery, record_failure
 from tasks.jobs import run_job
 from tasks.machine import REAP_EVERY_S, MachineReaper, reap_every_s
 from tasks.reconcile import reap_worktrees, reconcile
+from tasks.sandbox import Sandbox, SandboxUnavailable
+
+LOG = logging.getLogger("gaffer.worker")
 
 
 def create_worker(settings: Settings) -> Celery:
     """Return a Celery app with every gaffer task bound to one worker context."""
     celery = make_celery(settings)
     wctx = WorkerContext.build(settings, celery)
+    _mask_logs(wctx.mask)
+    _say_how_runs_are_isolated(wctx.sandbox)
 
     @celery.task(name=PROCESS_DELIVERY, bind=True, max_retries=5)
     def process_delivery_task(self: Any, *, delivery_id: int) -> None:
@@ -46,6 +58,32 @@ def create_worker(settings: Settings) -> Celery:
 
     _reap_this_machine(wctx)
     return celery
+
+
+def _mask_logs(mask: SecretMask) -> None:
+    """Mask every log record the worker writes, with the handlers Celery sets up later too."""
+    mask_logs(mask, [logging.getLogger()])
+    # Celery replaces the root logger's handlers when the worker starts, and gives the task
+    # logger its own: each signal hands over the logger it has just set up.
+    for configured in (after_setup_logger, after_setup_task_logger):
+        configured.connect(lambda logger, **_: mask_logs(mask, [logger]), weak=False)
+
+
+def _say_how_runs_are_isolated(sandbox: Sandbox) -> None:
+    """Log, once the worker is up, whether agents and checks can run here and how."""
+
+    def say(**_: Any) -> None:
+        if not sandbox.enabled:
+            LOG.warning("sandbox: none: agents and checks run without isolation")
+            return
+        try:
+            sandbox.check()
+        except SandboxUnavailable as missing:
+            LOG.error("%s", missing)
+            return
+        LOG.info("agents and checks run in the sandbox (bubblewrap)")
+
+    worker_ready.connect(say, weak=False)
 
 
 def _reap_this_machine(wctx: WorkerContext) -> None:

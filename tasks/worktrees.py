@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from tasks.gitcmd import GitError, git
@@ -116,10 +117,23 @@ def ensure_mirror(home: Path, full_name: str, clone_url: str, token: str | None)
         if not (mirror / "HEAD").exists():
             mirror.mkdir(parents=True, exist_ok=True)
             git(["init", "--bare", "--quiet"], cwd=mirror)
-            git(["remote", "add", "origin", clone_url], cwd=mirror)
-        git(["remote", "set-url", "origin", clone_url], cwd=mirror)
+        _write_mirror_config(mirror, clone_url)
         git(["fetch", "--prune", "--no-tags", "--quiet", "origin"], cwd=mirror, token=token)
     return mirror
+
+
+def _write_mirror_config(mirror: Path, clone_url: str) -> None:
+    """Write the mirror's whole config: nothing that was added to it survives a fetch."""
+    if any(c in clone_url for c in '"\\\n'):
+        raise WorktreeError(f"clone URL cannot be written to git config: {clone_url!r}")
+    config = (
+        "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = true\n"
+        f'[remote "origin"]\n\turl = {clone_url}\n'
+        "\tfetch = +refs/heads/*:refs/remotes/origin/*\n"
+    )
+    temp = mirror / "config.gaffer-tmp"
+    temp.write_text(config)
+    os.replace(temp, mirror / "config")
 
 
 def resolve_ref(mirror: Path, ref: str) -> str:
@@ -242,9 +256,66 @@ def _mirror_of(worktree: Path, home: Path) -> Path | None:
     return mirror if mirror.parent.parent == mirrors and (mirror / "HEAD").is_file() else None
 
 
+def git_dirs(worktree: Path, home: Path) -> list[Path]:
+    """Return the git folders an agent needs to read its worktree's history: the mirror."""
+    mirror = _mirror_of(worktree, home)
+    return [mirror] if mirror is not None else []
+
+
+def admin_dir(worktree: Path) -> Path:
+    """Return a pool worktree's git folder in gaffer's mirror, never trusting its `.git`.
+
+    The folder follows from the pool's layout (home/worktrees/<owner>/<name>/wt-*), and git
+    wrote a pointer back to the worktree into it, which the sandbox cannot change.
+    """
+    home, owner, name = worktree.parents[3], worktree.parents[1].name, worktree.parent.name
+    if worktree.parents[2].name != "worktrees":
+        raise WorktreeError(f"{worktree} is not a worktree of gaffer's pools")
+    gitdir = mirror_path(home, f"{owner}/{name}") / "worktrees" / worktree.name
+    try:
+        back = Path((gitdir / "gitdir").read_text().strip())
+    except OSError as error:
+        raise WorktreeError(f"worktree {worktree.name} has no git folder: {error}") from error
+    if back.resolve() != (worktree / ".git").resolve():
+        raise WorktreeError(f"git folder {gitdir} belongs to another worktree")
+    return gitdir
+
+
+def worktree_git(worktree: Path, args: list[str], **options: Any) -> str:
+    """Run git in a pool worktree with its git folder named by gaffer, not by `.git`."""
+    return git(args, cwd=worktree, git_dir=admin_dir(worktree), **options)
+
+
+def repair_gitfile(worktree: Path) -> None:
+    """Point the worktree's `.git` at its git folder again, whatever the agent left there."""
+    gitfile = worktree / ".git"
+    wanted = f"gitdir: {admin_dir(worktree)}\n"
+    if gitfile.is_dir() and not gitfile.is_symlink():
+        shutil.rmtree(gitfile)
+    elif gitfile.is_symlink() or (gitfile.exists() and gitfile.read_text() != wanted):
+        gitfile.unlink()
+    if not gitfile.exists():
+        gitfile.write_text(wanted)
+
+
+def _git_in(cwd: Path, args: list[str], **options: Any) -> str:
+    """Run git in a mirror, or in a pool worktree through its git folder."""
+    if (cwd / "HEAD").is_file() and not (cwd / ".git").exists():
+        return git(args, cwd=cwd, **options)
+    return worktree_git(cwd, args, **options)
+
+
+def _has_git_folder(worktree: Path) -> bool:
+    try:
+        admin_dir(worktree)
+    except WorktreeError:
+        return False
+    return worktree.is_dir()
+
+
 def _ref_exists(cwd: Path, ref: str) -> bool:
     try:
-        git(["show-ref", "--verify", "--quiet", ref], cwd=cwd)
+        _git_in(cwd, ["show-ref", "--verify", "--quiet", ref])
     except GitError:
         return False
     return True
@@ -255,14 +326,14 @@ def unpushed_commits(cwd: Path, branch: str, *also_known: str) -> int:
     if not _ref_exists(cwd, f"refs/heads/{branch}"):
         return 0
     args = ["rev-list", "--count", f"refs/heads/{branch}", "--not", "--remotes=origin"]
-    return int(git([*args, *also_known], cwd=cwd))
+    return int(_git_in(cwd, [*args, *also_known]))
 
 
 def current_branch(worktree: Path) -> str | None:
     """Return the branch checked out in a worktree, or None when detached."""
     try:
-        ref = git(["symbolic-ref", "--quiet", "HEAD"], cwd=worktree)
-    except GitError:
+        ref = worktree_git(worktree, ["symbolic-ref", "--quiet", "HEAD"])
+    except (GitError, WorktreeError):
         return None
     return ref.removeprefix("refs/heads/")
 
@@ -281,10 +352,10 @@ def _drop_branch_if_pushed(mirror: Path, branch: str | None) -> str | None:
 
 def create_branch(worktree: Path, branch: str, base_sha: str) -> None:
     """Check out branch at base_sha, refusing to discard commits that were never pushed."""
-    git(["check-ref-format", "--branch", branch], cwd=worktree)
+    worktree_git(worktree, ["check-ref-format", "--branch", branch])
     if unpushed_commits(worktree, branch, base_sha):
         raise WorktreeError(f"branch {branch!r} holds unpushed commits not in {base_sha[:12]}")
-    git(["checkout", "--quiet", "--force", "-B", branch, base_sha], cwd=worktree)
+    worktree_git(worktree, ["checkout", "--quiet", "--force", "-B", branch, base_sha])
 
 
 def is_protected(branch: str, protected: set[str], default_branch: str) -> bool:
@@ -308,19 +379,25 @@ def push_branch(
         raise PushRefused(f"gaffer never pushes to {branch!r}: default or protected branch")
     _check_url(clone_url)
     cwd = mirror_or_worktree
-    sha = git(["rev-parse", "--verify", f"refs/heads/{branch}^{{commit}}"], cwd=cwd)
+    if (cwd / "HEAD").is_file():
+        # Whatever was added to the mirror's config since the fetch (an insteadOf, a
+        # pushurl) is gone before the token is sent.
+        with locked(_mirror_lock(cwd)):
+            _write_mirror_config(cwd, clone_url)
+    sha = _git_in(cwd, ["rev-parse", "--verify", f"refs/heads/{branch}^{{commit}}"])
     refspec = f"{'+' if force else ''}refs/heads/{branch}:refs/heads/{branch}"
-    git(["push", "--quiet", "--no-verify", clone_url, refspec], cwd=cwd, token=token)
-    git(["update-ref", f"{ORIGIN}/{branch}", sha], cwd=cwd)
+    _git_in(cwd, ["push", "--quiet", "--no-verify", clone_url, refspec], token=token)
+    _git_in(cwd, ["update-ref", f"{ORIGIN}/{branch}", sha])
     return sha
 
 
 def _reset_clean(worktree: Path, sha: str) -> None:
     """Detach at sha, drop every change and untracked or ignored file, and verify it."""
     # A forced checkout resets every tracked file; clean removes the rest, ignored included.
-    git(["checkout", "--quiet", "--detach", "--force", sha], cwd=worktree)
-    git(["clean", "-ffdxq"], cwd=worktree)
-    leftover = git(["status", "--porcelain", "--ignored"], cwd=worktree)
+    repair_gitfile(worktree)
+    worktree_git(worktree, ["checkout", "--quiet", "--detach", "--force", sha])
+    worktree_git(worktree, ["clean", "-ffdxq"])
+    leftover = worktree_git(worktree, ["status", "--porcelain", "--ignored"])
     if leftover:
         raise WorktreeError(f"worktree {worktree.name} is not clean after reset: {leftover[:200]}")
 
@@ -395,14 +472,14 @@ class WorktreePool:
     def _prepare(self, path: Path, base_sha: str) -> None:
         # What an earlier job of the plan left running (its worker died) must not see this one.
         kill_processes_in(path)
-        if not (path / ".git").is_file():
+        if not _has_git_folder(path):
             shutil.rmtree(path, ignore_errors=True)
             _add_worktree(self.mirror, path, base_sha)
         _reset_clean(path, base_sha)
 
     def _remove(self, path: Path) -> str | None:
         """Remove a worktree and its lease; return its branch when kept for unpushed work."""
-        branch = current_branch(path) if (path / ".git").is_file() else None
+        branch = current_branch(path) if _has_git_folder(path) else None
         _remove_worktree(self.mirror, path)
         self._lease_file(path).unlink(missing_ok=True)
         return _drop_branch_if_pushed(self.mirror, branch)

@@ -41,6 +41,8 @@ def server_config(tmp_path: Path) -> Path:
                 "github_seconds_between_requests": 0,
                 "github_seconds_between_writes": 0,
                 "agents": agents,
+                # The fake CLIs live in the source tree, outside the sandbox's toolchain.
+                "sandbox": {"read_only": [str(FAKES.parent)]},
             }
         )
     )

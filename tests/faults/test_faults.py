@@ -27,6 +27,7 @@ from bot.double.driver import IssueFlow
 from bot.double.origin import commit_to_origin
 from bot.github import STATUS_MARKER, GitHubApp
 from bot.handlers.installations import remember_installation, remember_repository
+from bot.masking import SecretMask
 from bot.models import (
     Delivery,
     Installation,
@@ -90,17 +91,18 @@ FIRST_RUN_SLEEPS = {
 
 
 def agent_groups(home: Path, program: bytes = b"") -> set[int]:
-    """Return the process groups led by a process working inside home (agents and checks)."""
+    """Return the process groups of processes working inside home (agents and checks).
+
+    In the sandbox the group is led by the sandbox's first process, not by the agent.
+    """
     groups = set()
     for proc in Path("/proc").glob("[0-9]*"):
         with contextlib.suppress(OSError):
             pid = int(proc.name)
-            if (
-                os.getpgid(pid) == pid
-                and Path(os.readlink(proc / "cwd")).is_relative_to(home)
-                and (proc / "cmdline").read_bytes().startswith(program)
-            ):
-                groups.add(pid)
+            if Path(os.readlink(proc / "cwd")).is_relative_to(home) and (
+                proc / "cmdline"
+            ).read_bytes().startswith(program):
+                groups.add(os.getpgid(pid))
     return groups
 
 
@@ -339,7 +341,7 @@ def publishing(app, settings, github, github_server: str):
                     clone_url="/x",
                 )
             )
-    return db, GitHubApp(settings)
+    return db, GitHubApp(settings, SecretMask.from_settings(settings, {}))
 
 
 def status_count(github, number: int) -> int:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import shlex
 import socket
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,8 +16,9 @@ import pytest
 from bot.double.driver import IssueFlow
 from bot.double.origin import commit_to_origin
 from bot.models import PlanState
+from bot.render import UNSANDBOXED
 from tasks import netns
-from tasks.verification import OFFLINE
+from tasks.verification import OFFLINE, SANDBOX_NETWORK
 from tests.conftest import INSTALLATION_ID, REPO
 from tests.in_process import InProcess
 from tests.support import WEBHOOK_SECRET
@@ -118,7 +121,13 @@ def python_check(name: str, code: str, *, network: bool = True) -> str:
     )
 
 
-def connect_check(port: int, *, network: bool) -> str:
+def connect_check(port: int, *, network: bool, host: str = "127.0.0.1") -> str:
+    # Through the proxy the sandbox names in HTTP_PROXY, as package managers and test tools go.
+    code = f"import urllib.request as u; u.urlopen('http://{host}:{port}/', timeout=5).read()"
+    return python_check("reach", code, network=network)
+
+
+def tcp_check(port: int, *, network: bool) -> str:
     code = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=5)"
     return python_check("reach", code, network=network)
 
@@ -132,19 +141,50 @@ def run_checks(here: InProcess, config: str) -> dict[str, dict]:
     return {run["name"]: run for run in here.flow.check_runs() if run["status"] == "completed"}
 
 
+@pytest.fixture
+def outside() -> Iterator[tuple[str, int]]:
+    """An HTTP server on this machine's own network address: the outside, as a check sees it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("10.255.255.255", 1))  # picks the outward address; sends nothing
+        address = probe.getsockname()[0]
+    assert not address.startswith("127."), "the machine needs a network address besides loopback"
+    server = http.server.HTTPServer((address, 0), http.server.SimpleHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield address, server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
 @pytest.mark.parametrize(
     ("network", "conclusion", "says"),
     [
-        pytest.param(True, "success", None, id="with network the check reaches the listener"),
+        pytest.param(True, "success", SANDBOX_NETWORK, id="with network the check reaches out"),
         pytest.param(False, "failure", OFFLINE, id="without network it cannot"),
     ],
 )
 def test_a_check_reaches_the_network_only_when_the_repository_allows_it(
-    here: InProcess, listener: int, network: bool, conclusion: str, says: str | None
+    here: InProcess, outside: tuple[str, int], network: bool, conclusion: str, says: str
 ) -> None:
-    run = run_checks(here, connect_check(listener, network=network))["gaffer/reach"]
-    assert run["conclusion"] == conclusion
-    assert (OFFLINE in run["output"]["summary"]) == (says is not None)
+    host, port = outside
+    run = run_checks(here, connect_check(port, network=network, host=host))["gaffer/reach"]
+    assert run["conclusion"] == conclusion, run["output"]
+    assert says in run["output"]["summary"]
+    assert UNSANDBOXED not in here.flow.status()
+
+
+def test_a_check_with_network_never_reaches_the_workers_own_services(
+    here: InProcess, listener: int
+) -> None:
+    # Straight to loopback finds the sandbox's own; through the proxy, gaffer refuses.
+    code = (
+        "import socket; s = socket.create_connection(('127.0.0.1', 3128), timeout=5); "
+        f"s.sendall(b'CONNECT 127.0.0.1:{listener} HTTP/1.1\\r\\n\\r\\n'); "
+        "answer = s.recv(200); print(answer); assert b' 200 ' in answer"
+    )
+    run = run_checks(here, python_check("reach", code))["gaffer/reach"]
+    assert run["conclusion"] == "failure"
+    assert "403 Forbidden" in run["output"]["text"]
 
 
 def test_a_check_without_network_still_has_its_own_loopback(here: InProcess) -> None:
@@ -157,13 +197,24 @@ def test_a_check_without_network_still_has_its_own_loopback(here: InProcess) -> 
     assert OFFLINE in run["output"]["summary"]
 
 
+def test_without_the_sandbox_a_check_runs_offline_in_a_network_namespace(
+    here: InProcess, listener: int, monkeypatch
+) -> None:
+    unsandboxed(here, monkeypatch)
+    run = run_checks(here, tcp_check(listener, network=False))["gaffer/reach"]
+    assert run["conclusion"] == "failure"
+    assert OFFLINE in run["output"]["summary"]
+    assert UNSANDBOXED in here.flow.status()
+
+
 def test_where_isolation_is_unavailable_the_check_runs_with_network_and_says_so(
     here: InProcess, listener: int, monkeypatch
 ) -> None:
+    unsandboxed(here, monkeypatch)
     monkeypatch.setattr(netns, "_works", lambda prefix: False)
     netns.offline_prefix.cache_clear()
     try:
-        run = run_checks(here, connect_check(listener, network=False))["gaffer/reach"]
+        run = run_checks(here, tcp_check(listener, network=False))["gaffer/reach"]
     finally:
         netns.offline_prefix.cache_clear()
     assert run["conclusion"] == "success"
@@ -171,6 +222,12 @@ def test_where_isolation_is_unavailable_the_check_runs_with_network_and_says_so(
         "Network isolation is not available on this worker; the check ran with network."
         in run["output"]["summary"]
     )
+
+
+def unsandboxed(here: InProcess, monkeypatch) -> None:
+    """Run this worker's agents and checks with `sandbox: none`, as an operator may choose."""
+    monkeypatch.setitem(here.wctx.settings.server_config, "sandbox", "none")
+    here.wctx.__dict__.pop("sandbox", None)
 
 
 def test_a_check_over_the_servers_memory_limit_says_it_ran_out_of_memory(
