@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SPEC := tests/contract/node_modules/@octokit/openapi/package.json
 
-.PHONY: run demo test lint install
+.PHONY: run demo test lint install sandbox-tools
 
 $(VENV)/installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -17,7 +17,13 @@ $(SPEC): tests/contract/package.json tests/contract/package-lock.json
 
 install: $(VENV)/installed
 
-run: $(VENV)/installed
+# Agents and checks run inside bubblewrap; socat carries their allowed traffic to gaffer's
+# proxy. Installed from Debian's packages where they are missing (as root).
+sandbox-tools:
+	@command -v bwrap >/dev/null && command -v socat >/dev/null || { \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap socat >/dev/null; }
+
+run: $(VENV)/installed sandbox-tools
 	$(VENV)/bin/gaffer run
 
 demo: $(VENV)/installed $(SPEC)
@@ -27,5 +33,5 @@ lint: $(VENV)/installed
 	$(VENV)/bin/ruff check bot tasks tests bench
 	$(VENV)/bin/mypy
 
-test: $(VENV)/installed $(SPEC) lint
+test: $(VENV)/installed $(SPEC) sandbox-tools lint
 	$(VENV)/bin/pytest

@@ -7,13 +7,18 @@
 (b) N plans on K agent slots, against the ideal ceil(N/K) × agent time (goal: within 15 %);
 (c) a plan's worktree ready from the warm pool, against a fresh `git worktree add` and a
     full clone, on a generated repository of about 10,000 files (goal: under 0.2 s and at
-    least 20× faster than a fresh checkout).
+    least 20× faster than a fresh checkout);
+(d) what the sandbox adds: one process started through the runner in the sandbox against
+    the same process with `sandbox: none` (goal: under 50 ms more), and (a) again with the
+    sandbox off beside it.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,6 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bot.demo import local_gaffer  # noqa: E402
 from bot.double.driver import IssueFlow  # noqa: E402
 from bot.models import PlanState  # noqa: E402
+from tasks.runner import run_process, sandbox_env  # noqa: E402
+from tasks.sandbox import Sandbox, SandboxConfig  # noqa: E402
 from tasks.worktrees import WorktreePool, ensure_mirror, resolve_ref  # noqa: E402
 
 NOOP_CHECK = "checks:\n  - name: noop\n    run: 'true'\n    timeout: 60\n"
@@ -42,6 +49,17 @@ def main() -> None:
         print(
             f"(b) {args.plans} plans on {args.slots} slots: {elapsed:.1f} s against ideal "
             f"{ideal:.1f} s — ratio {elapsed / ideal:.2f} (goal ≤ 1.15)"
+        )
+        boxed, bare = _process_start(Path(tmp) / "d")
+        print(
+            f"(d) one process start: sandboxed {boxed * 1000:.1f} ms, `sandbox: none` "
+            f"{bare * 1000:.1f} ms — the sandbox adds {(boxed - bare) * 1000:.1f} ms "
+            f"({boxed / bare:.1f}×; goal: under 50 ms more)"
+        )
+        unboxed = _overhead(Path(tmp) / "d-none", {"sandbox": "none"})
+        print(
+            f"    /approve → in_review: sandboxed {overhead:.2f} s, `sandbox: none` "
+            f"{unboxed:.2f} s — ratio {overhead / unboxed:.2f}"
         )
         warm, fresh, clone = _worktrees(Path(tmp) / "c", args.files)
         print(
@@ -78,9 +96,10 @@ def _approved_to_review(flows: list[IssueFlow]) -> float:
     return time.perf_counter() - started
 
 
-def _overhead(home: Path) -> float:
+def _overhead(home: Path, server: dict | None = None) -> float:
     home.mkdir(parents=True)
-    with local_gaffer(home, {".github/gaffer.yml": NOOP_CHECK, "README.md": "x\n"}) as gaffer:
+    files = {".github/gaffer.yml": NOOP_CHECK, "README.md": "x\n"}
+    with local_gaffer(home, files, server=server) as gaffer:
         _approved_to_review([gaffer.issue(1, "Warm up", _script(0))])
         runs = [_approved_to_review([gaffer.issue(n, f"No-op {n}", _script(0))]) for n in (2, 3, 4)]
     return sorted(runs)[1]
@@ -96,6 +115,33 @@ def _slots(home: Path, args: argparse.Namespace) -> tuple[float, float]:
         ]
         elapsed = _approved_to_review(flows)
     return elapsed, math.ceil(args.plans / args.slots) * args.agent_seconds
+
+
+def _process_start(home: Path, runs: int = 40) -> tuple[float, float]:
+    """Return the median time to run `true` through the runner, sandboxed and not."""
+    worktree, job = home / "wt", home / "job"
+    worktree.mkdir(parents=True)
+    env = sandbox_env(allow=(), source=os.environ, home=job / "home")
+    timings = {}
+    for name, config in (("boxed", SandboxConfig()), ("bare", SandboxConfig(enabled=False))):
+        sandbox = Sandbox(config, hidden=(home / "secret",))
+        box = sandbox.box(worktree, job / "home")
+        samples = []
+        for _ in range(runs):
+            started = time.perf_counter()
+            run = run_process(
+                ["true"],
+                cwd=worktree,
+                env=env,
+                log_path=job / "log",
+                timeout_s=30,
+                sandbox=sandbox,
+                box=box,
+            )
+            samples.append(time.perf_counter() - started)
+            assert run.ok, run.output
+        timings[name] = statistics.median(samples)
+    return timings["boxed"], timings["bare"]
 
 
 def _worktrees(home: Path, count: int) -> tuple[float, float, float]:

@@ -7,12 +7,14 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
+import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from flask import Flask
@@ -73,15 +75,20 @@ class LocalGaffer:
 
 
 @contextmanager
-def local_gaffer(home: Path, files: dict[str, str], agent_slots: int = 2) -> Iterator[LocalGaffer]:
-    """Run gaffer locally under home, against an origin holding files."""
+def local_gaffer(
+    home: Path,
+    files: dict[str, str],
+    agent_slots: int = 2,
+    server: Mapping[str, Any] | None = None,
+) -> Iterator[LocalGaffer]:
+    """Run gaffer locally under home, against an origin holding files (and server settings)."""
     with ExitStack() as stack:
         origin = make_origin(home, files)
         double, github = create_github_double(app_id=APP_ID, validate=_spec_installed())
         github.add_repo(REPO, origin, installation_id=INSTALLATION)
         github.permissions[(REPO, "maintainer")] = "admin"
         api_url = stack.enter_context(serve_on_loopback(double))
-        settings = _settings(home, api_url)
+        settings = _settings(home, api_url, server or {})
         upgrade(settings.database_url)
         stack.enter_context(_workers(settings, home, agent_slots))
         app = create_app(settings)
@@ -152,13 +159,14 @@ def _say(who: str, text: str) -> None:
     print(textwrap.indent(text.strip(), "  "), flush=True)
 
 
-def _settings(home: Path, api_url: str) -> Settings:
+def _settings(home: Path, api_url: str, server: Mapping[str, Any]) -> Settings:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     ).decode()
     config = home / "server.yml"
-    config.write_text("github_seconds_between_requests: 0\ngithub_seconds_between_writes: 0\n")
+    quick = {"github_seconds_between_requests": 0, "github_seconds_between_writes": 0}
+    config.write_text(yaml.safe_dump({**quick, **server}))
     env = {
         "WEBHOOK_SECRET": SECRET,
         "GAFFER_HOME": str(home / "gaffer"),
