@@ -27,14 +27,13 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from bot.settings import Settings
 from tasks.cgroups import RunGroup, TreeLimits
-from tasks.cgroups import unavailable as cgroups_unavailable
 from tasks.egress import EgressPolicy, EgressProxy
 
 PROXY_PORT = 3128
@@ -148,7 +147,6 @@ class Launch:
     proxy: EgressProxy | None = None
     # The CPU time the whole tree may use, watched by the runner (None: not watched here).
     cpu_limit_s: float | None = None
-    notes: list[str] = field(default_factory=list)
 
     def cpu_seconds(self) -> float:
         return self.group.cpu_seconds() if self.group is not None else 0.0
@@ -255,10 +253,9 @@ class Sandbox:
             "--",
             *inner,
         ]
-        notes = [] if group is not None else [_no_group_note()]
         setup = _child_setup(self.config, group, as_root)
         cpu = self.config.cpu_s if group is not None else None
-        return Launch(wrapped, env, setup, group, proxy, cpu, notes)
+        return Launch(wrapped, env, setup, group, proxy, cpu)
 
 
 def _database_file(url: str) -> list[Path]:
@@ -531,10 +528,3 @@ def _limit(kind: int, value: int) -> None:
     if hard != resource.RLIM_INFINITY:
         value = min(value, hard)
     resource.setrlimit(kind, (value, value))
-
-
-def _no_group_note() -> str:
-    return (
-        "Limits apply per process here: no control group could be made "
-        f"({cgroups_unavailable() or 'creation failed'})."
-    )

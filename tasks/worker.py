@@ -16,6 +16,7 @@ from celery.signals import (
 from bot.masking import SecretMask, mask_logs
 from bot.queue import CLEANUP, PROCESS_DELIVERY, RECONCILE, RUN_JOB, make_celery
 from bot.settings import Settings
+from tasks.cgroups import unavailable as cgroups_unavailable
 from tasks.cleanup import cleanup_plan
 from tasks.context import WorkerContext
 from tasks.deliveries import process_delivery, record_failure
@@ -82,6 +83,8 @@ def _say_how_runs_are_isolated(sandbox: Sandbox) -> None:
             LOG.error("%s", missing)
             return
         LOG.info("agents and checks run in the sandbox (bubblewrap)")
+        if (no_groups := cgroups_unavailable()) is not None:
+            LOG.warning("limits apply per process, not per run: %s", no_groups)
 
     worker_ready.connect(say, weak=False)
 

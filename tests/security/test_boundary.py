@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.security.conftest import OFF, PG_SOCKET, processes_marked
+from tests.security.conftest import OFF, ON, PG_SOCKET, processes_marked
 from tests.support import WEBHOOK_SECRET
 
 pytestmark = pytest.mark.usefixtures("machine")
@@ -128,6 +128,13 @@ def test_a_fork_bomb_ends_with_its_run(attack) -> None:
     done = attack({"fork_bomb": True}, timeout_s=3)
     assert done.result["timed_out"]
     assert done.result["returncode"] is not None
+
+
+def test_cpu_time_is_limited_per_run(attack) -> None:
+    spin = {"spin": 6}
+    assert not attack(spin, sandbox=OFF, timeout_s=20).result["cpu_limited"]
+    boxed = attack(spin, sandbox={**ON, "cpu_s": 1}, timeout_s=20).result
+    assert boxed["cpu_limited"] and not boxed["timed_out"]
 
 
 def test_a_huge_write_stops_at_the_file_size_limit(attack) -> None:
