@@ -29,10 +29,13 @@ from bot.models import PlanState
 from bot.settings import Settings
 
 REPO, INSTALLATION, APP_ID, SECRET = "acme/widgets", 1, 1, "demo-secret"
-CONFIG = """\
+# The check runs the worker's own Python: the sandbox shows it, while a version manager's
+# shim first on PATH (pyenv, asdf) would need its root listed in `sandbox.read_only`.
+PY = sys.executable
+CONFIG = f"""\
 checks:
   - name: tests
-    run: "python3 -c 'import widgets; assert widgets.label(\\"x\\" * 50).endswith(\\"…\\")'"
+    run: "{PY} -c 'import widgets; assert widgets.label(\\"x\\" * 50).endswith(\\"…\\")'"
     timeout: 60
 """
 ISSUE_BODY = """\

@@ -100,8 +100,13 @@ def test_an_approve_diff_written_before_the_head_was_verified_never_applies_to_i
         assert plan.head_sha in after.replies[-1]
 
 
-def test_retry_never_reuses_a_diff_approval(here: InProcess, tmp_path: Path) -> None:
-    green = tmp_path / "green"
+def test_retry_never_reuses_a_diff_approval(here: InProcess, tmp_path: Path, monkeypatch) -> None:
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    green = flags / "green"
+    # The check looks for the flag from inside the sandbox, which shows the folder read-only.
+    monkeypatch.setitem(here.wctx.settings.server_config, "sandbox", {"read_only": [str(flags)]})
+    here.wctx.__dict__.pop("sandbox", None)
     config = f"checks:\n  - name: tests\n    run: 'test -f {green}'\n    timeout: 30\n"
     commit_to_origin(here.flow.origin, {".github/gaffer.yml": config + "max_retries: 0\n"}, "c")
     here.flow.label()
