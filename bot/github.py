@@ -37,6 +37,18 @@ class PermissionUnknown(Exception):
     """GitHub could not tell us a user's permission; gaffer refuses rather than guesses."""
 
 
+class PullBlocked(Exception):
+    """Someone else's open pull request holds the plan branch's head and base.
+
+    GitHub keeps one open pull request per head and base, so gaffer cannot open its own.
+    """
+
+    def __init__(self, number: int, author: str) -> None:
+        super().__init__(f"#{number} by @{author}")
+        self.number = number
+        self.author = author
+
+
 @dataclass
 class _Token:
     value: str
@@ -73,6 +85,7 @@ class GitHubApp:
         self._tokens: dict[int, _Token] = {}
         self._renewal_locks: dict[int, threading.Lock] = {}
         self._lock = threading.Lock()  # guards _renewal_locks only
+        self._bot_login: str | None = None
 
     def integration(self) -> GithubIntegration:
         """Return a client authenticated as the App itself (JWT)."""
@@ -105,6 +118,12 @@ class GitHubApp:
                 self._tokens[installation_id] = cached
             return cached
 
+    def bot_login(self) -> str:
+        """Return the login GitHub gives the App's bot user (`<slug>[bot]`), asked once."""
+        if self._bot_login is None:
+            self._bot_login = f"{self.integration().get_app().slug}[bot]"
+        return self._bot_login
+
     def installation(self, installation_id: int, full_name: str) -> RepoClient:
         """Return a client for one repository, acting as the installation."""
         gh = Github(
@@ -113,7 +132,9 @@ class GitHubApp:
             retry=self._retry,
             **self._pace,
         )
-        client = RepoClient(gh, full_name, self.app_id, self.mask, self._writes)
+        client = RepoClient(
+            gh, full_name, self.app_id, self.mask, self._writes, bot_login=self.bot_login
+        )
         client.unsandboxed = self.settings.unsandboxed
         return client
 
@@ -212,6 +233,34 @@ class _LiveInstallationToken(Auth.Auth):
 
 
 @dataclass(frozen=True)
+class RepoFile:
+    """A file on a branch: its blob SHA names its content; text is None if too big to read."""
+
+    sha: str
+    size: int
+    text: str | None
+
+
+def is_gaffers_pull(
+    pull: dict[str, Any], *, bot_login: str, repo_id: int, branch: str, base: str
+) -> bool:
+    """Tell whether a PR (as GitHub renders it) is gaffer's own: the plan's PR.
+
+    That is one the App's bot opened from branch in the repository itself (not a fork)
+    into base; anyone can open another PR from a branch of the same name.
+    """
+    user = pull.get("user") or {}
+    head, to = pull.get("head") or {}, pull.get("base") or {}
+    head_repo = head.get("repo") or {}  # None once a fork is deleted
+    return (
+        user.get("type") == "Bot"
+        and user.get("login") == bot_login
+        and head_repo.get("id") == repo_id
+        and (head.get("ref"), to.get("ref")) == (branch, base)
+    )
+
+
+@dataclass(frozen=True)
 class CheckRunRef:
     id: int
     html_url: str
@@ -223,6 +272,7 @@ class PullsMixin:
     repo: Any
     writes: Rewriter
     mask: SecretMask
+    bot_login: Callable[[], str]
 
     def branch_sha(self, branch: str) -> str | None:
         """Return the branch's head on GitHub, or None when it does not exist."""
@@ -278,17 +328,46 @@ class PullsMixin:
         return None
 
     def open_pull(self, branch: str, base: str, title: str, body: str) -> tuple[int, str]:
-        """Return (number, head sha) of the branch's open PR, creating it if there is none."""
+        """Return (number, head sha) of gaffer's open PR from branch, creating it if needed.
+
+        Raises PullBlocked when someone else's open PR from branch into base stands in the way.
+        """
         title, body = self.mask(title), self.mask(body)
         return self.writes.rewrite(lambda: self._write_pull(branch, base, title, body))
 
     def _write_pull(self, branch: str, base: str, title: str, body: str) -> tuple[int, str]:
         # A create that timed out may have opened the PR: look before creating again.
-        owner = self.repo.owner.login
-        for pull in self.repo.get_pulls(state="open", head=f"{owner}:{branch}"):
-            return int(pull.number), str(pull.head.sha)
-        pull = self.repo.create_pull(base=base, head=branch, title=title, body=body)
+        found = self._gaffers_pull(branch, base)
+        if found is not None:
+            return found
+        try:
+            pull = self.repo.create_pull(base=base, head=branch, title=title, body=body)
+        except GithubException as error:
+            # GitHub keeps one open PR per head and base: a concurrent attempt may have
+            # opened gaffer's a moment ago (or a person's PR took them meanwhile).
+            if error.status == 422 and (found := self._gaffers_pull(branch, base)) is not None:
+                return found
+            raise
         return int(pull.number), str(pull.head.sha)
+
+    def _gaffers_pull(self, branch: str, base: str) -> tuple[int, str] | None:
+        """Return gaffer's open PR from branch into base; PullBlocked when another holds them."""
+        owner = self.repo.owner.login
+        others = []
+        for pull in self.repo.get_pulls(state="open", head=f"{owner}:{branch}", base=base):
+            ours = is_gaffers_pull(
+                pull.raw_data,
+                bot_login=self.bot_login(),
+                repo_id=int(self.repo.id),
+                branch=branch,
+                base=base,
+            )
+            if ours:
+                return int(pull.number), str(pull.head.sha)
+            others.append(pull)
+        if others:
+            raise PullBlocked(int(others[0].number), str(others[0].user.login))
+        return None
 
     def close_pull(self, number: int) -> None:
         self.writes.rewrite(lambda: self.repo.get_pull(number).edit(state="closed"))
@@ -323,12 +402,15 @@ class RepoClient(PullsMixin):
         app_id: int,
         mask: SecretMask,
         writes: Rewriter | None = None,
+        *,
+        bot_login: Callable[[], str],
     ) -> None:
         self.gh = gh
         self.full_name = full_name
         self.app_id = app_id
         self.mask = mask
         self.writes = writes or Rewriter()
+        self.bot_login = bot_login
         # The server runs agents without isolation (`sandbox: none`): the status says so.
         self.unsandboxed = False
         self._repo: Any = None
@@ -492,10 +574,26 @@ class RepoClient(PullsMixin):
 
     def file_on_default_branch(self, path: str) -> str | None:
         """Return a file's text from the default branch, or None when it is not there."""
+        content = self._contents_on_default_branch(path)
+        if content is None:
+            return None
+        return content.decoded_content.decode("utf-8", errors="replace")
+
+    def small_file_on_default_branch(self, path: str, max_bytes: int) -> RepoFile | None:
+        """Return a file on the default branch, with its text only if at most max_bytes."""
+        content = self._contents_on_default_branch(path)
+        if content is None:
+            return None
+        size = int(content.size)
+        if size > max_bytes:  # not decoded: GitHub sends no content over 1 MB anyway
+            return RepoFile(str(content.sha), size, None)
+        text = content.decoded_content.decode("utf-8", errors="replace")
+        return RepoFile(str(content.sha), size, text)
+
+    def _contents_on_default_branch(self, path: str) -> Any:
         try:
-            content = self.repo.get_contents(path, ref=self.repo.default_branch)
+            return self.repo.get_contents(path, ref=self.repo.default_branch)
         except GithubException as error:
             if error.status == 404:
                 return None
             raise
-        return content.decoded_content.decode("utf-8", errors="replace")

@@ -237,6 +237,18 @@ class Approval(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class Notice(Base):
+    """A note gaffer posts on a plan's issue once, however many events ask for it."""
+
+    __tablename__ = "notices"
+    __table_args__ = (UniqueConstraint("plan_id", "key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    plan_id: Mapped[int] = mapped_column(ForeignKey("plans.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class CommandReceipt(Base):
     """A command comment seen once: two deliveries of one comment act once."""
 
@@ -265,3 +277,12 @@ class AuditEvent(Base):
     to_state: Mapped[str | None] = mapped_column(String(20))
     reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Heartbeat(Base):
+    """When one of gaffer's background services last did its work, for /healthz."""
+
+    __tablename__ = "heartbeats"
+
+    name: Mapped[str] = mapped_column(String(40), primary_key=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -165,6 +165,15 @@ def config_error(message: str) -> str:
     return f"gaffer cannot use `.github/gaffer.yml` from the default branch: {message}"
 
 
+def foreign_pull_note(number: int, author: str, head_label: str, base: str) -> str:
+    """Tell the issue that a PR on the plan's branch is someone else's, and ignored."""
+    return (
+        f"#{number} by @{author} (from `{head_label}` into `{base}`) is not gaffer's pull "
+        "request, so gaffer ignores it: the plan's pull request is the one gaffer opens itself "
+        "from its branch into the default branch after `/approve-diff`."
+    )
+
+
 # What each stage was doing, for the reply after its worker died.
 _DOING = {
     "plan": "planning",

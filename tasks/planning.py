@@ -28,7 +28,14 @@ def run_planning(wctx: WorkerContext, job: Job) -> None:
         finish(wctx.db, job.id, wctx.worker_id, JobState.CANCELLED, "plan is no longer planning")
         return
     client = wctx.client(plan.installation_id, plan.repository.full_name)
+    starting = job.stage == "plan" and plan.current_revision == 0
     try:
+        gone = _request_gone(wctx, client, plan) if starting else None
+        if gone:
+            _drop(wctx, plan, job, gone)
+            return
+        if starting:  # the plan shows on the issue once GitHub says it was asked for
+            publish_status(wctx.db, client, plan.id)
         config = fetch_repo_config(client, wctx.setting("defaults", None))
         issue, comments = client.issue_thread(plan.issue_number)
         prompt = plan_prompt(
@@ -49,6 +56,31 @@ def run_planning(wctx: WorkerContext, job: Job) -> None:
         text, error = "", f"{type(fault).__name__}: {fault}"
     _record(wctx, plan, job, text, error)
     publish_status(wctx.db, client, plan.id)
+
+
+def _request_gone(wctx: WorkerContext, client: RepoClient, plan: Plan) -> str | None:
+    """Say why GitHub no longer asks for this plan (issue closed, locked, label gone), or None.
+
+    A label event's payload may be old (a delivery id is not signed, so a body can be
+    replayed): what counts is the issue as GitHub shows it now.
+    """
+    issue = client.issue(plan.issue_number)
+    if issue.state != "open":
+        return f"issue #{plan.issue_number} is {issue.state}"
+    if issue.locked:
+        return f"issue #{plan.issue_number} is locked"
+    label = fetch_repo_config(client, wctx.setting("defaults", None)).label
+    if label not in {each.name for each in issue.labels}:
+        return f"issue #{plan.issue_number} does not carry the label `{label}`"
+    return None
+
+
+def _drop(wctx: WorkerContext, plan: Plan, job: Job, why: str) -> None:
+    """End a plan that GitHub no longer asks for, saying nothing on the issue."""
+    with wctx.db.session() as session:
+        plan = session.get_one(Plan, plan.id, populate_existing=True)
+        advance(session, plan, Event.ISSUE_CLOSED, actor="gaffer", reason=f"not started: {why}")
+    finish(wctx.db, job.id, wctx.worker_id, JobState.CANCELLED, why)
 
 
 def job_dir(wctx: WorkerContext, job: Job) -> Path:

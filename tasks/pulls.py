@@ -6,7 +6,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from bot.costs import plan_spend
-from bot.github import RepoClient
+from bot.github import PullBlocked, RepoClient
 from bot.models import Approval, CheckResult, Job, JobState, Plan, PlanRevision, PlanState
 from bot.permissions import may_approve
 from bot.plans import advance
@@ -26,15 +26,13 @@ def open_pull_request(wctx: WorkerContext, job: Job) -> None:
     with wctx.db.session() as session:
         plan = session.get_one(Plan, job.plan_id)
         approval = _live_approval(session, plan)
+    if plan.state == PlanState.PR_OPEN:  # another approving comment's job opened it
+        finish(wctx.db, job.id, wctx.worker_id, JobState.DONE)
+        return
     client = wctx.client(plan.installation_id, plan.repository.full_name)
     try:
         _recheck(wctx, client, plan, approval)
-        number, head = client.open_pull(
-            plan.branch or "",
-            client.repo.default_branch,
-            pull_title(plan),
-            _body(wctx, client, plan),
-        )
+        number, head = _open(wctx, client, plan)
         if approval is not None and head != approval.sha:
             client.close_pull(number)
             raise NoPullRequest(f"the branch moved to `{head}` while the PR was being opened.")
@@ -54,6 +52,18 @@ def open_pull_request(wctx: WorkerContext, job: Job) -> None:
         )
     finish(wctx.db, job.id, wctx.worker_id, JobState.DONE)
     publish_status(wctx.db, client, plan.id)
+
+
+def _open(wctx: WorkerContext, client: RepoClient, plan: Plan) -> tuple[int, str]:
+    base = client.repo.default_branch
+    try:
+        body = _body(wctx, client, plan)
+        return client.open_pull(plan.branch or "", base, pull_title(plan), body)
+    except PullBlocked as blocked:
+        raise NoPullRequest(
+            f"{blocked} is open from `{plan.branch}` into `{base}`, and only gaffer's own pull "
+            f"request can be the plan's. Once #{blocked.number} is closed, approve the diff again."
+        ) from blocked
 
 
 def pull_title(plan: Plan) -> str:

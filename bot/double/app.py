@@ -159,6 +159,11 @@ class PullRequest:
     draft: bool = False
     merged: bool = False
     maintainer_can_modify: bool = False
+    # The repository holding the head branch when it is not the base's own: a fork.
+    head_repo: str | None = None
+
+    def head_full_name(self) -> str:
+        return self.head_repo or self.repo
 
 
 @dataclass
@@ -531,7 +536,11 @@ class GitHubJson:
             "mergeable": None,
             "maintainer_can_modify": pull.maintainer_can_modify,
             "author_association": "NONE",
-            "head": self._pull_end(repo, pull.head_ref, current_head_sha(pull, issue, origin)),
+            "head": self._pull_end(
+                self.state.repo_record(pull.head_full_name()),
+                pull.head_ref,
+                current_head_sha(pull, issue, self.state),
+            ),
             "base": self._pull_end(repo, pull.base_ref, origin.branch_sha(pull.base_ref) or ""),
         }
 
@@ -570,10 +579,11 @@ def _node_id(kind: str, number: int) -> str:
     return base64.b64encode(f"{kind}{number}".encode()).decode()
 
 
-def current_head_sha(pull: PullRequest, issue: Issue, origin: GitOrigin) -> str:
-    """Return a PR's head SHA: the branch tip while open, frozen once closed."""
+def current_head_sha(pull: PullRequest, issue: Issue, state: GitHubState) -> str:
+    """Return a PR's head SHA: the head branch's tip while open, frozen once closed."""
     if issue.state != "open":
         return pull.head_sha
+    origin = GitOrigin(state.repo_record(pull.head_full_name()).origin)
     return origin.branch_sha(pull.head_ref) or pull.head_sha
 
 
@@ -668,6 +678,36 @@ class GitHubState:
             for name in labels:
                 self.attach_label(issue, name)
             return self._json().issue(issue)
+
+    def add_label(self, full_name: str, number: int, name: str) -> None:
+        """Put a label on an issue as a person would, before GitHub sends `issues.labeled`."""
+        with self.lock:
+            self.attach_label(self.issue_record(full_name, number), name)
+
+    def open_pull_as(
+        self,
+        full_name: str,
+        *,
+        login: str,
+        head: str,
+        base: str,
+        title: str,
+        body: str | None = None,
+        head_repo: str | None = None,
+    ) -> dict[str, Any]:
+        """Open a pull request as a person, from head (in head_repo, a fork, when given)."""
+        with self.lock:
+            repo = self.repo_record(full_name)
+            source = self.repo_record(head_repo) if head_repo else repo
+            head_sha = new_pull_head(self, repo, source, head, base)
+            number = self.next_issue_number(repo.full_name)
+            self.issues[(repo.full_name.lower(), number)] = Issue(
+                self.next_id(), repo.full_name, number, title, body, login, is_pull=True
+            )
+            pull = PullRequest(self.next_id(), repo.full_name, number, head, head_sha, base)
+            pull.head_repo = source.full_name if source is not repo else None
+            self.all_pulls[(repo.full_name.lower(), number)] = pull
+            return self._json().pull(pull)
 
     def add_human_comment(
         self,
@@ -1501,34 +1541,44 @@ def list_check_runs_for_ref(owner: str, repo: str, ref: str) -> ResponseReturnVa
 def _head_branch(repo: Repository, head: str) -> str:
     """Return the branch of a `head` value (`owner:branch` or `branch`)."""
     owner, _, branch = head.rpartition(":")
-    if owner and not _same(owner, repo.full_name.split("/")[0]):
+    if owner and not _same(owner, _owner(repo)):
         raise _validation_failed("PullRequest", "head")
     return branch
 
 
-def _open_pull_for(repo: Repository, head_ref: str, base_ref: str) -> PullRequest | None:
-    """Return the open pull request from head to base, if any."""
-    state = _state()
+def _owner(repo: Repository) -> str:
+    return repo.full_name.split("/")[0]
+
+
+def _open_pull_for(
+    state: GitHubState, repo: Repository, source: Repository, head_ref: str, base_ref: str
+) -> PullRequest | None:
+    """Return the open pull request from source's head to base, if any."""
     for pull in state.pull_records(repo.full_name):
         open_ = state.issue_record(repo.full_name, pull.number).state == "open"
-        if open_ and (pull.head_ref, pull.base_ref) == (head_ref, base_ref):
+        same_source = _same(pull.head_full_name(), source.full_name)
+        if open_ and same_source and (pull.head_ref, pull.base_ref) == (head_ref, base_ref):
             return pull
     return None
 
 
-def _check_new_pull(repo: Repository, head_ref: str, base_ref: str) -> str:
-    """Refuse a pull request GitHub would refuse; return the head SHA."""
-    origin = _origin(repo)
-    head_sha, base_sha = origin.branch_sha(head_ref), origin.branch_sha(base_ref)
+def new_pull_head(
+    state: GitHubState, repo: Repository, source: Repository, head_ref: str, base_ref: str
+) -> str:
+    """Refuse a pull request GitHub would refuse; return the head SHA.
+
+    GitHub keeps one open pull request per head (owner and branch) and base.
+    """
+    head_sha = GitOrigin(source.origin).branch_sha(head_ref)
+    base_sha = GitOrigin(repo.origin).branch_sha(base_ref)
     if head_sha is None:
         raise _validation_failed("PullRequest", "head")
     if base_sha is None:
         raise _validation_failed("PullRequest", "base")
-    if _open_pull_for(repo, head_ref, base_ref) is not None:
-        owner = repo.full_name.split("/")[0]
-        message = f"A pull request already exists for {owner}:{head_ref}."
+    if _open_pull_for(state, repo, source, head_ref, base_ref) is not None:
+        message = f"A pull request already exists for {_owner(source)}:{head_ref}."
         raise _validation_failed("PullRequest", "head", "custom", message)
-    if origin.count_commits(f"{base_sha}..{head_sha}") == 0:
+    if source is repo and GitOrigin(repo.origin).count_commits(f"{base_sha}..{head_sha}") == 0:
         message = f"No commits between {base_ref} and {head_ref}"
         raise _validation_failed("PullRequest", "head", "custom", message)
     return head_sha
@@ -1539,7 +1589,7 @@ def create_pull(owner: str, repo: str) -> ResponseReturnValue:
     """POST /repos/{o}/{r}/pulls: 422 for a missing branch, no commits, or a duplicate."""
     state, found, payload = _state(), _repo(owner, repo), _body()
     head_ref, base_ref = _head_branch(found, payload["head"]), payload["base"]
-    head_sha = _check_new_pull(found, head_ref, base_ref)
+    head_sha = new_pull_head(state, found, found, head_ref, base_ref)
     number = state.next_issue_number(found.full_name)
     title, body = payload.get("title", head_ref), payload.get("body")
     state.issues[(found.full_name.lower(), number)] = Issue(
@@ -1557,14 +1607,15 @@ def list_pulls(owner: str, repo: str) -> ResponseReturnValue:
     """GET /repos/{o}/{r}/pulls?head=owner:branch&base=&state=."""
     state, found = _state(), _repo(owner, repo)
     wanted = request.args.get("state", "open")
-    head = request.args.get("head")
-    head_ref = _head_branch(found, head) if head else None
+    # `head` is `owner:branch`: the owner picks the repository (this one or a fork).
+    head_owner, _, head_ref = (request.args.get("head") or "").rpartition(":")
     base_ref = request.args.get("base")
     pulls = [
         p
         for p in state.pull_records(found.full_name)
         if wanted in ("all", state.issue_record(found.full_name, p.number).state)
-        and head_ref in (None, p.head_ref)
+        and head_ref in ("", p.head_ref)
+        and (not head_owner or _same(head_owner, p.head_full_name().split("/")[0]))
         and base_ref in (None, p.base_ref)
     ]
     render = _render()
@@ -1581,7 +1632,7 @@ def get_pull(owner: str, repo: str, number: int) -> ResponseReturnValue:
 def update_pull(owner: str, repo: str, number: int) -> ResponseReturnValue:
     """PATCH /repos/{o}/{r}/pulls/{n}: title, body, state, base."""
     pull, issue, payload = _pull(owner, repo, number), _issue(owner, repo, number), _body()
-    pull.head_sha = current_head_sha(pull, issue, _origin(_repo(owner, repo)))
+    pull.head_sha = current_head_sha(pull, issue, _state())
     issue.title = payload.get("title", issue.title)
     issue.body = payload.get("body", issue.body)
     pull.base_ref = payload.get("base", pull.base_ref)

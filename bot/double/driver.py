@@ -14,7 +14,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import select
 
 from bot.double.webhooks import commented, deliver, issue, labeled, repository
-from bot.github import STATUS_MARKER
+from bot.github import LABEL_PREFIX, STATUS_MARKER
 from bot.models import Plan, PlanState
 from tasks.gitcmd import git
 
@@ -54,6 +54,8 @@ class IssueFlow:
         return issue(self.number, title=self.title, body=self.body, author=self.author)
 
     def label(self, name: str = "gaffer") -> None:
+        """Label the issue on the double, then deliver `issues.labeled`, as GitHub does."""
+        self.github.add_label(self.full_name, self.number, name)
         payload = labeled(self.repo, self.issue, label=name, installation_id=self.installation_id)
         delivery_id = f"flow-{next(_deliveries)}"
         response = deliver(
@@ -87,7 +89,7 @@ class IssueFlow:
             what=f"the plan to be {'/'.join(states)}",
         )
         wait_for(
-            lambda: self.labels() == [f"gaffer: {self.plan().state.value}"],  # type: ignore[union-attr]
+            lambda: self.state_labels() == [f"gaffer: {self.plan().state.value}"],  # type: ignore[union-attr]
             timeout=timeout,
             what="the state label",
         )
@@ -95,6 +97,10 @@ class IssueFlow:
 
     def labels(self) -> list[str]:
         return self.github.issue_labels(self.full_name, self.number)
+
+    def state_labels(self) -> list[str]:
+        """Return gaffer's state labels on the issue (the trigger label stays beside them)."""
+        return [name for name in self.labels() if name.startswith(LABEL_PREFIX)]
 
     def comments(self) -> list[dict[str, Any]]:
         return self.github.comments(self.full_name, self.number)

@@ -141,3 +141,22 @@ def commented(
         "sender": user(login, kind),
         "installation": {"id": installation_id},
     }
+
+
+def pull_request_event(
+    repo: dict[str, Any],
+    pull: dict[str, Any],
+    *,
+    action: str = "opened",
+    installation_id: int = 77,
+    sender: str | None = None,
+) -> dict[str, Any]:
+    """A `pull_request` payload for a pull request the double rendered."""
+    return {
+        "action": action,
+        "number": pull["number"],
+        "pull_request": pull,
+        "repository": repo,
+        "sender": user(sender or pull["user"]["login"], pull["user"]["type"]),
+        "installation": {"id": installation_id},
+    }

@@ -56,8 +56,9 @@ def label_added(ctx: Context, payload: dict[str, Any]) -> None:
     job = add_job(ctx.session, plan, "plan", "plan:r1")
     assert job is not None  # a new plan has no jobs yet
     ctx.session.flush()
+    # The planning job shows the plan on the issue once GitHub confirms the issue is open
+    # and labeled: this payload may be an old one replayed.
     ctx.enqueue(RUN_JOB, job_id=job.id)
-    ctx.publish_status(installation_id, repo["full_name"], plan.id)
 
 
 @router.register("issues", "closed")

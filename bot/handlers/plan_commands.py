@@ -204,7 +204,10 @@ def approve_diff(request: Request, command: Command, plan: Plan) -> str | None:
             comment_id=request.comment_id,
         )
     )
-    _queue(request, plan, "open_pr", f"open_pr:{plan.head_sha}")
+    # Each approving comment is its own attempt: one refused for a reason since fixed (the
+    # branch moved and was pushed back) can be followed by another. GitHub's one open PR
+    # per head and base keeps concurrent attempts to one PR.
+    _queue(request, plan, "open_pr", f"open_pr:{plan.head_sha}:{request.comment_id}")
     return None
 
 

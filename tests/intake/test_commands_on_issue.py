@@ -28,6 +28,7 @@ def run_queued_jobs(wctx) -> None:
 def draft(wctx, client, github, thread) -> Plan:
     """Issue #1 labeled and its first plan revision posted."""
     repo, issue_ = thread
+    github.add_label(REPO, 1, "gaffer")
     receive(wctx, client, "issues", labeled(repo, issue_, installation_id=INSTALLATION_ID))
     run_queued_jobs(wctx)
     plan = the_plan(wctx)
@@ -58,7 +59,7 @@ def test_revise_writes_a_new_revision_and_voids_nothing_approved(
 def test_reject_ends_the_plan_and_the_label_says_so(wctx, client, github, thread, draft) -> None:
     receive(wctx, client, "issue_comment", command_payload(github, thread, "/reject not now"))
     assert the_plan(wctx).state == PlanState.REJECTED
-    assert github.issue_labels(REPO, 1) == ["gaffer: rejected"]
+    assert github.issue_labels(REPO, 1) == ["gaffer", "gaffer: rejected"]
 
 
 def test_help_lists_every_command(wctx, client, github, thread, draft) -> None:

@@ -255,7 +255,7 @@ def test_the_issue_closed_while_the_plan_is_a_draft_cancels_it(drafted: InProces
     )
     handle(drafted, "issues", {**closed, "action": "closed"})
     assert seen(drafted).state == PlanState.CANCELLED
-    assert drafted.flow.labels() == ["gaffer: cancelled"]
+    assert drafted.flow.state_labels() == ["gaffer: cancelled"]
 
 
 def test_a_forged_marker_in_a_human_comment_is_ignored(here: InProcess) -> None:

@@ -52,18 +52,24 @@ def broker(wctx, monkeypatch) -> list[tuple[str, dict[str, Any]]]:
     return sent
 
 
-def labeled_plan(wctx, client, thread) -> tuple[int, int]:
+def labeled_plan(wctx, client, github, thread) -> tuple[int, int]:
     """Label issue #1 and return (plan id, id of its queued planning job)."""
     repo, issue_ = thread
+    github.add_label(REPO, 1, "gaffer")
     receive(wctx, client, "issues", labeled(repo, issue_, installation_id=INSTALLATION_ID))
     with wctx.db.session() as session:
         [job] = session.scalars(select(Job)).all()
         return job.plan_id, job.id
 
 
-def drafted_plan(wctx, client, thread) -> int:
+def state_labels(github) -> list[str]:
+    """Return gaffer's state labels on issue #1 (the trigger label stays beside them)."""
+    return [name for name in github.issue_labels(REPO, 1) if name.startswith("gaffer: ")]
+
+
+def drafted_plan(wctx, client, github, thread) -> int:
     """Label issue #1, write its plan, and return the plan's id (now `draft`)."""
-    plan_id, job_id = labeled_plan(wctx, client, thread)
+    plan_id, job_id = labeled_plan(wctx, client, github, thread)
     run_job(wctx, job_id=job_id)
     assert the_plan(wctx).state == PlanState.DRAFT
     return plan_id
@@ -212,9 +218,9 @@ def test_a_job_whose_worker_died_is_resumed_or_failed_and_the_issue_told(
     wctx, client, github, thread, broker, caplog, stage, plan_state, attempts, outcome, reply
 ) -> None:
     if stage == "plan":
-        plan_id, job_id = labeled_plan(wctx, client, thread)
+        plan_id, job_id = labeled_plan(wctx, client, github, thread)
     else:
-        plan_id = drafted_plan(wctx, client, thread)
+        plan_id = drafted_plan(wctx, client, github, thread)
         set_plan(wctx, plan_id, state=plan_state, approved_revision=1)
         job_id = add_job(wctx, plan_id, stage)
     worker_died(wctx, job_id, attempts)
@@ -236,13 +242,13 @@ def test_a_job_whose_worker_died_is_resumed_or_failed_and_the_issue_told(
         [status] = status_comments(github)
         assert "`failed`" in status["body"] and plan.last_error in status["body"]
         assert "`/retry`" in status["body"]
-        assert github.issue_labels(REPO, 1) == ["gaffer: failed"]
+        assert state_labels(github) == ["gaffer: failed"]
 
 
 def test_a_resumed_planning_job_finishes_on_the_next_worker(
     wctx, client, github, thread, broker, caplog
 ) -> None:
-    _, job_id = labeled_plan(wctx, client, thread)
+    _, job_id = labeled_plan(wctx, client, github, thread)
     worker_died(wctx, job_id)
     broker.clear()
     reconcile_once(wctx, caplog)
@@ -258,7 +264,7 @@ def test_a_job_held_twice_then_lost_with_its_worker_is_resumed_not_failed(
     wctx, client, github, thread, broker, caplog
 ) -> None:
     """Waiting for a budget or a quota is not a try: two holds and one death still resume."""
-    _, job_id = labeled_plan(wctx, client, thread)
+    _, job_id = labeled_plan(wctx, client, github, thread)
     for _ in range(2):
         assert claim(wctx.db, job_id, wctx.worker_id)
         assert park(wctx, job_id, utcnow() - timedelta(seconds=1), "held by the daily budget")
@@ -279,7 +285,7 @@ def test_a_job_held_twice_then_lost_with_its_worker_is_resumed_not_failed(
 def test_a_config_broken_before_the_planner_ran_fails_the_plan_saying_what_to_fix(
     wctx, client, github, thread, origin
 ) -> None:
-    _, job_id = labeled_plan(wctx, client, thread)
+    _, job_id = labeled_plan(wctx, client, github, thread)
     # Pushed between the label and the planner: the planner reads it, not the handler.
     commit_to_origin(origin, {".github/gaffer.yml": "max_retries: 99\n"}, "a bad config")
     run_job(wctx, job_id=job_id)
@@ -288,13 +294,13 @@ def test_a_config_broken_before_the_planner_ran_fails_the_plan_saying_what_to_fi
     assert "`max_retries` must be a whole number from 0 to 10" in (plan.last_error or "")
     [status] = status_comments(github)
     assert "`max_retries` must be a whole number from 0 to 10" in status["body"]
-    assert github.issue_labels(REPO, 1) == ["gaffer: failed"]
+    assert state_labels(github) == ["gaffer: failed"]
 
 
 def test_a_resumed_execution_continues_from_the_pushed_branch(
     wctx, client, github, thread, broker, caplog, origin
 ) -> None:
-    plan_id = drafted_plan(wctx, client, thread)
+    plan_id = drafted_plan(wctx, client, github, thread)
     job_id = approve(wctx, client, github, thread)
     base = the_plan(wctx).base_sha
     pushed = push_to_branch(origin, BRANCH, base, {"half-done.txt": "from the first worker\n"})
@@ -346,7 +352,7 @@ def push_to_branch(origin: Path, branch: str, base: str | None, files: dict[str,
 def test_a_job_that_needs_no_recovery_is_not_resumed(
     wctx, client, github, thread, broker, caplog, plan_state, lease, job_state
 ) -> None:
-    plan_id, job_id = labeled_plan(wctx, client, thread)
+    plan_id, job_id = labeled_plan(wctx, client, github, thread)
     set_plan(wctx, plan_id, state=plan_state)
     running(wctx, job_id, lease)
     broker.clear()
@@ -378,7 +384,7 @@ def test_a_job_that_needs_no_recovery_is_not_resumed(
 def test_a_queued_job_is_sent_again_when_it_waited_too_long(
     wctx, client, github, thread, broker, caplog, waited, parked_for, sent
 ) -> None:
-    _, job_id = labeled_plan(wctx, client, thread)
+    _, job_id = labeled_plan(wctx, client, github, thread)
     with wctx.db.session() as session:
         job = session.get_one(Job, job_id)
         job.created_at = utcnow() - waited
@@ -420,9 +426,9 @@ ALL_REMOVED, ALL_KEPT, BRANCH_KEPT = (False, False), (True, True), (False, True)
     ],
 )
 def test_the_reaper_removes_worktrees_of_ended_plans_only(
-    wctx, client, thread, origin, caplog, plan_state, left_behind, kept
+    wctx, client, github, thread, origin, caplog, plan_state, left_behind, kept
 ) -> None:
-    plan_id = drafted_plan(wctx, client, thread)
+    plan_id = drafted_plan(wctx, client, github, thread)
     home = wctx.settings.home
     mirror = ensure_mirror(home, REPO, str(origin), None)
     base = git(["rev-parse", "refs/remotes/origin/main"], cwd=mirror)
@@ -463,9 +469,9 @@ def strays() -> Iterator[list[int]]:
     ],
 )
 def test_the_reaper_kills_what_an_ended_plans_agent_left_running(
-    wctx, client, thread, origin, caplog, strays, plan_state, killed
+    wctx, client, github, thread, origin, caplog, strays, plan_state, killed
 ) -> None:
-    plan_id = drafted_plan(wctx, client, thread)
+    plan_id = drafted_plan(wctx, client, github, thread)
     home = wctx.settings.home
     mirror = ensure_mirror(home, REPO, str(origin), None)
     base = git(["rev-parse", "refs/remotes/origin/main"], cwd=mirror)
@@ -549,7 +555,7 @@ def remove_label(github, wctx) -> None:
     ],
 )
 def test_the_issue_shows_the_status_again(wctx, client, github, thread, caplog, damage) -> None:
-    plan_id = drafted_plan(wctx, client, thread)
+    plan_id = drafted_plan(wctx, client, github, thread)
     damage(github, wctx)
     set_plan(wctx, plan_id, updated_at=utcnow() - timedelta(minutes=10))
     reconcile_once(wctx, caplog)
@@ -562,7 +568,7 @@ def test_the_issue_shows_the_status_again(wctx, client, github, thread, caplog, 
 
 
 def test_a_status_that_is_right_costs_no_writes(wctx, client, github, thread, caplog) -> None:
-    plan_id = drafted_plan(wctx, client, thread)
+    plan_id = drafted_plan(wctx, client, github, thread)
     set_plan(wctx, plan_id, updated_at=utcnow() - timedelta(minutes=10))
     before = len(github.requests)
     reconcile_once(wctx, caplog)
@@ -586,7 +592,7 @@ def test_a_status_that_is_right_costs_no_writes(wctx, client, github, thread, ca
 def test_a_plan_outside_the_checked_window_is_left_alone(
     wctx, client, github, thread, caplog, state, changed
 ) -> None:
-    plan_id = drafted_plan(wctx, client, thread)
+    plan_id = drafted_plan(wctx, client, github, thread)
     delete_status_comment(github, wctx)
     set_plan(wctx, plan_id, state=state, updated_at=utcnow() - changed)
     reconcile_once(wctx, caplog)

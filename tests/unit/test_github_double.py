@@ -336,6 +336,35 @@ def test_a_second_pull_request_for_one_branch_is_refused(
     assert [p.number for p in repo.get_pulls(head="octo:gaffer/1-widgets")] == [pull.number]
 
 
+def test_a_persons_and_a_forks_pull_requests_are_theirs_and_listed_by_head_owner(
+    gh: Github, served: GitHubState, origin: Path, tmp_path: Path
+) -> None:
+    add_branch(origin, "gaffer/1-widgets")
+    fork = tmp_path / "fork.git"
+    subprocess.run(["git", "clone", "--quiet", "--bare", str(origin), str(fork)], check=True)
+    served.add_repo("mallory/widgets", fork, installation_id=78)
+    mine = served.open_pull_as(
+        REPO, login="mallory", head="gaffer/1-widgets", base="main", title="Mine"
+    )
+    forked = served.open_pull_as(
+        REPO,
+        login="mallory",
+        head="gaffer/1-widgets",
+        base="main",
+        title="From my fork",
+        head_repo="mallory/widgets",
+    )
+    repo = gh.get_repo(REPO)
+    assert [p.number for p in repo.get_pulls(head="octo:gaffer/1-widgets")] == [mine["number"]]
+    assert [p.number for p in repo.get_pulls(head="mallory:gaffer/1-widgets")] == [forked["number"]]
+    pull = repo.get_pull(forked["number"])
+    assert (pull.user.login, pull.user.type) == ("mallory", "User")
+    assert (pull.head.label, pull.head.repo.full_name) == (
+        "mallory:gaffer/1-widgets",
+        "mallory/widgets",
+    )
+
+
 def test_an_enterprise_base_url_keeps_its_prefix(double: GitHubState) -> None:
     assert double.flask_app is not None
     with responses.RequestsMock(assert_all_requests_are_fired=False) as rsps:
