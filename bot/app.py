@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
+from datetime import datetime
 from typing import Any
 
-from flask import Flask, Response, jsonify
+from flask import Flask, Response, current_app, jsonify
+from sqlalchemy.exc import SQLAlchemyError
 
 from bot.db import Database
+from bot.heartbeats import RECONCILER, SCHEDULER, last_heartbeats
 from bot.masking import SecretMask, mask_logs
 from bot.queue import make_celery
 from bot.settings import Settings
@@ -39,4 +42,19 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> Flask:
 
 
 def _healthz() -> tuple[Response, int]:
-    return jsonify(status="ok"), 200
+    """Say whether the receiver can store deliveries, and when beat and the reconciler ran."""
+    try:
+        beats = last_heartbeats(current_app.extensions["gaffer_db"])
+    except SQLAlchemyError:
+        return jsonify(status="the database is unreachable"), 503
+    # Null until the first tick or pass: a worker with --beat has not run since the database
+    # was made, or its scheduler cannot run.
+    return jsonify(
+        status="ok",
+        scheduler_last_tick=_iso(beats.get(SCHEDULER)),
+        reconciler_last_pass=_iso(beats.get(RECONCILER)),
+    ), 200
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment else None

@@ -10,8 +10,13 @@ counts; these are never commands:
   quote ("lazy continuation") until a blank line;
 - anything inside an HTML comment, including multi-line and unclosed ones. A line is cut
   at its first ``<!--`` and the rest of the line that closes a comment is dropped;
+- anything inside a ``<pre>``, ``<script>``, ``<style>`` or ``<textarea>`` element, from
+  its tag to the end of the line that closes it (markdown's raw HTML blocks);
 - a ``/name`` mid-sentence, and paths such as ``/usr/bin``.
 
+Lines end at ``\\n`` (or ``\\r\\n``) only. GitHub shows U+2028 and U+2029 in the middle
+of a line, so a ``/name`` after one is mid-line, not a command; a lone ``\\r`` is removed
+like the other control characters.
 Invisible characters (zero-width, bidi, other format and control characters) are removed
 before anything else, so the parser reads the text as it renders: ``/\\u200bapprove`` and
 ``\\u200b/approve`` are both ``/approve``, and no hidden character can make a command
@@ -32,7 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
-from bot.untrusted import strip_html_comments, strip_invisible
+from bot.untrusted import drop_invisible, strip_html_comments
 
 MAX_ARGUMENT_CHARS = 20_000
 _RAW_CHARS = 200
@@ -43,6 +48,9 @@ _COMMAND_LINE = re.compile(r" {0,3}/(?P<name>[A-Za-z][A-Za-z0-9_-]{0,39})(?![A-Z
 _FENCE_OPEN = re.compile(
     r"[ \t]*(?:(?:[-*+]|\d{1,9}[.)])[ \t]+)*(?P<fence>`{3,}+(?=[^`]*$)|~{3,}+)"
 )
+# Raw HTML whose lines are not prose: from the tag to the line holding any closing tag.
+_RAW_HTML_OPEN = re.compile(r"<(?:pre|script|style|textarea)(?:[ \t>]|$)", re.IGNORECASE)
+_RAW_HTML_CLOSE = re.compile(r"</(?:pre|script|style|textarea)>", re.IGNORECASE)
 _BACKTICKS = re.compile(r"`+")
 _NOT_NEWLINE = re.compile(r"[^\n]")
 
@@ -174,7 +182,7 @@ def spec_for(name: str) -> CommandSpec:
 
 def parse_comment(body: str) -> Command | Refusal | None:
     """Return the comment's command, a refusal explaining why it is not one, or None."""
-    lines = strip_invisible(body).split("\n")
+    lines = drop_invisible(body.replace("\r\n", "\n")).split("\n")
     found = list(_command_lines(lines))
     if not found:
         return None
@@ -255,12 +263,13 @@ def _visible_lines(lines: list[str]) -> list[str | None]:
 
 
 class _BlockScan:
-    """Track fences, HTML comments and block quotes from one line to the next."""
+    """Track fences, HTML comments, raw HTML and block quotes from one line to the next."""
 
     def __init__(self) -> None:
         self.fence = ""
         self.in_comment = False
         self.in_quote = False
+        self.in_raw_html = False
 
     def visible(self, line: str) -> str | None:
         if self.fence:
@@ -268,6 +277,9 @@ class _BlockScan:
             return None
         if self.in_comment:
             _, self.in_comment = _split_comment(line, in_comment=True)
+            return None
+        if self.in_raw_html:
+            self.in_raw_html = not _RAW_HTML_CLOSE.search(line)
             return None
         opening = _FENCE_OPEN.match(line)
         if opening:
@@ -282,6 +294,10 @@ class _BlockScan:
         text, self.in_comment = _split_comment(line, in_comment=False)
         if text.lstrip().startswith(">"):
             self.in_quote = True
+        opening = None if self.in_quote else _RAW_HTML_OPEN.search(text)
+        if opening:
+            self.in_raw_html = not _RAW_HTML_CLOSE.search(text, opening.end())
+            text = text[: opening.start()]
         return None if self.in_quote else text
 
 

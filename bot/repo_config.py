@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+import functools
+import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -12,6 +16,12 @@ import yaml
 
 DEFAULTS_FILE = Path(__file__).resolve().parent.parent / "config" / "gaffer.yml"
 REPO_CONFIG_PATH = ".github/gaffer.yml"
+# A real config is a few hundred bytes; parsing a megabyte of YAML takes seconds.
+MAX_CONFIG_BYTES = 64 * 1024
+# A check's name names its check run and its log and home folders: a short name, no path.
+CHECK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", re.ASCII)
+# gaffer's own check run; a repository's check of that name would be taken for it.
+RESERVED_CHECK_NAMES = frozenset({"diff"})
 
 
 class RepoConfigError(Exception):
@@ -25,6 +35,30 @@ class Check:
     timeout: int = 600
     # None: the server's `check_memory_mb`; a number asks for less (the server's is the cap).
     memory_mb: int | None = None
+
+    def __post_init__(self) -> None:
+        # Folders are named after checks: no Check exists whose name could be a path.
+        problem = check_name_problem(self.name)
+        if problem:
+            raise RepoConfigError(f"check {_shown(self.name)}: {problem}")
+
+
+def _shown(name: str) -> str:
+    """Quote a refused name as inline code, its hidden characters escaped."""
+    escaped = json.dumps(name[:80]).replace("`", "\\u0060")
+    return f"`{escaped}`"
+
+
+def check_name_problem(name: str) -> str | None:
+    """Say what is wrong with a check's name, or None when it is a short name."""
+    if not CHECK_NAME.fullmatch(name):
+        return (
+            "a check's name is 1 to 64 letters, digits, `.`, `_` or `-`, starting with a "
+            "letter or digit (no spaces, slashes or paths)"
+        )
+    if name.lower() in RESERVED_CHECK_NAMES:
+        return f"`{name}` is the name of gaffer's own diff check"
+    return None
 
 
 @dataclass(frozen=True)
@@ -55,15 +89,57 @@ def load_repo_config(
     text: str | None, server_defaults: Mapping[str, Any] | None = None
 ) -> RepoConfig:
     """Merge the layers and validate them into a RepoConfig."""
-    merged: dict[str, Any] = dict(yaml.safe_load(DEFAULTS_FILE.read_text()) or {})
+    return _merged(_parse(text), server_defaults)
+
+
+def fetch_repo_config(client: Any, server_defaults: Mapping[str, Any] | None = None) -> RepoConfig:
+    """Read the repository's config from its default branch, never from a plan branch."""
+    found = client.small_file_on_default_branch(REPO_CONFIG_PATH, MAX_CONFIG_BYTES)
+    if found is None:
+        return load_repo_config(None, server_defaults)
+    if found.text is None:
+        raise RepoConfigError(_too_big(found.size))
+    return _merged(copy.deepcopy(_parsed_blob(_Blob(found.sha, found.text))), server_defaults)
+
+
+@dataclass(frozen=True)
+class _Blob:
+    sha: str
+    # The blob SHA names the text, so the SHA alone is the cache key.
+    text: str = field(compare=False, repr=False)
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed_blob(blob: _Blob) -> dict[str, Any]:
+    """Parse a config file once per blob: every command reads the config again."""
+    return _parse(blob.text)
+
+
+def _merged(repo_layer: dict[str, Any], server_defaults: Mapping[str, Any] | None) -> RepoConfig:
+    merged: dict[str, Any] = dict(_shipped_defaults())
     merged.update(server_defaults or {})
-    merged.update(_parse(text))
+    merged.update(repo_layer)
     return _validate(merged)
+
+
+@functools.cache
+def _shipped_defaults() -> Mapping[str, Any]:
+    return dict(yaml.safe_load(DEFAULTS_FILE.read_text()) or {})
+
+
+def _too_big(size: int) -> str:
+    return (
+        f"{REPO_CONFIG_PATH} is {size:,} bytes; gaffer reads at most "
+        f"{MAX_CONFIG_BYTES:,} bytes ({MAX_CONFIG_BYTES // 1024} KiB)"
+    )
 
 
 def _parse(text: str | None) -> dict[str, Any]:
     if not text:
         return {}
+    size = len(text.encode("utf-8", errors="replace"))
+    if size > MAX_CONFIG_BYTES:
+        raise RepoConfigError(_too_big(size))
     try:
         loaded = yaml.safe_load(text)
     except yaml.YAMLError as error:
@@ -166,6 +242,9 @@ def _check(item: Any, index: int) -> Check:
         or not isinstance(item.get("run"), str)
     ):
         raise RepoConfigError(f"check {index} needs a `name` and a `run` command (strings)")
+    problem = check_name_problem(item["name"])
+    if problem:
+        raise RepoConfigError(f"check {index} ({_shown(item['name'])}): {problem}")
     timeout = item.get("timeout", 600)
     if not isinstance(timeout, int) or isinstance(timeout, bool) or not 1 <= timeout <= 21600:
         raise RepoConfigError(f"check `{item['name']}`: `timeout` must be 1 to 21600 seconds")
@@ -175,8 +254,3 @@ def _check(item: Any, index: int) -> Check:
     ):
         raise RepoConfigError(f"check `{item['name']}`: `memory_mb` must be a positive number")
     return Check(name=item["name"], run=item["run"], timeout=timeout, memory_mb=memory_mb)
-
-
-def fetch_repo_config(client: Any, server_defaults: Mapping[str, Any] | None = None) -> RepoConfig:
-    """Read the repository's config from its default branch, never from a plan branch."""
-    return load_repo_config(client.file_on_default_branch(REPO_CONFIG_PATH), server_defaults)

@@ -40,7 +40,12 @@ def clean_untrusted(text: str, *, limit: int = 60_000) -> str:
 
 def strip_invisible(text: str) -> str:
     """Normalise newlines to \\n and drop invisible, format and control characters."""
-    return _invisible_pattern().sub("", normalise_newlines(text))
+    return drop_invisible(normalise_newlines(text))
+
+
+def drop_invisible(text: str) -> str:
+    """Drop invisible, format and control characters (a lone \\r too); keep \\n and \\t."""
+    return _invisible_pattern().sub("", text)
 
 
 def normalise_newlines(text: str) -> str:

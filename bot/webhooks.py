@@ -18,6 +18,14 @@ from bot.routing import handles
 
 bp = Blueprint("webhooks", __name__)
 log = logging.getLogger(__name__)
+# GitHub's and Jam's payloads nest about a dozen levels; a deeper body is an attack on the
+# parser (Python's JSON decoder recurses and fails near 1,000 levels).
+MAX_JSON_DEPTH = 64
+_TOO_DEEP = f"the JSON body is nested deeper than {MAX_JSON_DEPTH} levels"
+
+
+class BodyRefused(ValueError):
+    """A signed body gaffer will not store; the message is the answer's text."""
 
 
 @bp.post("/webhooks/github")
@@ -32,9 +40,10 @@ def receive_github() -> tuple[Response, int]:
         return answer("X-GitHub-Event and X-GitHub-Delivery are required", 400)
     if request.mimetype != "application/json":
         return answer("the webhook content type must be application/json", 415)
-    payload = json_object(body)
-    if payload is None:
-        return answer("the body is not a JSON object", 400)
+    try:
+        payload = json_object(body)
+    except BodyRefused as refused:
+        return answer(str(refused), 400)
     if event == "ping":
         return answer("pong", 200)
     if not handles(event, payload.get("action")):
@@ -101,13 +110,31 @@ def store_and_enqueue(
     return answer("accepted", 202)
 
 
-def json_object(body: bytes) -> dict[str, Any] | None:
-    """Return the body as a JSON object, or None when it is not one."""
+def json_object(body: bytes) -> dict[str, Any]:
+    """Return the body as a JSON object at most MAX_JSON_DEPTH deep, or raise BodyRefused."""
     try:
         payload = json.loads(body)
+    except RecursionError:
+        raise BodyRefused(_TOO_DEEP) from None
     except (ValueError, UnicodeDecodeError):
-        return None
-    return payload if isinstance(payload, dict) else None
+        raise BodyRefused("the body is not a JSON object") from None
+    if not isinstance(payload, dict):
+        raise BodyRefused("the body is not a JSON object")
+    if _deeper_than(payload, MAX_JSON_DEPTH):
+        raise BodyRefused(_TOO_DEEP)
+    return payload
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Say whether objects and arrays nest more than limit levels, without recursing."""
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if depth > limit:
+            return True
+        pending += [(child, depth + 1) for child in children if isinstance(child, dict | list)]
+    return False
 
 
 def publish_delivery(row_id: int) -> None:

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from bot.db import rows_changed
 from bot.github import RepoClient
+from bot.heartbeats import RECONCILER, record_heartbeat
 from bot.models import (
     Delivery,
     Job,
@@ -91,6 +92,7 @@ def reconcile(wctx: WorkerContext) -> None:
             recovery(wctx)
         except Exception:
             log.exception("%s failed; the next beat tries again", recovery.__name__)
+    record_heartbeat(wctx.db, RECONCILER)
 
 
 # --------------------------------------------------------------------------- the outbox

@@ -77,6 +77,8 @@ def _run_check(space: Workspace, head_sha: str, check: Check) -> tuple[CheckOutp
         head_sha, check_run_name(name), ext, status="in_progress", started_at=datetime.now(UTC)
     )
     sandbox = space.wctx.sandbox
+    # A Check's name is a short name (bot/repo_config.py refuses any other), so these
+    # folders stay in the job's own.
     home = space.dir / f"check-{name}-home"
     argv, network_note = _check_argv(
         check.run, offline=not space.config.checks_network, sandboxed=sandbox.enabled

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 from celery import Celery
@@ -24,6 +25,7 @@ from tasks.jobs import run_job
 from tasks.machine import REAP_EVERY_S, MachineReaper, reap_every_s
 from tasks.reconcile import reap_worktrees, reconcile
 from tasks.sandbox import Sandbox, SandboxUnavailable
+from tasks.schedule import embed_scheduler
 
 LOG = logging.getLogger("gaffer.worker")
 
@@ -58,6 +60,7 @@ def create_worker(settings: Settings) -> Celery:
         reconcile(wctx)
 
     _reap_this_machine(wctx)
+    embed_scheduler(celery, settings.database_url)
     return celery
 
 
@@ -115,6 +118,8 @@ def main(argv: list[str] | None = None) -> None:
         from kombu.transport import sqlalchemy
 
         sqlalchemy.Transport.polling_interval = 0.1
+    # A fresh GAFFER_HOME: beat's schedule file, the mirrors and the jobs live under it.
+    settings.home.mkdir(parents=True, exist_ok=True)
     celery = create_worker(settings)
     options = [
         "worker",
@@ -133,7 +138,11 @@ def main(argv: list[str] | None = None) -> None:
         options += ["-n", args.name]
     if args.beat:
         options += ["-B", "-s", str(settings.home / "beat-schedule")]
+    codes: list[int] = []
+    worker_shutdown.connect(lambda sender, **_: codes.append(sender.exitcode or 0), weak=False)
     celery.worker_main(options)
+    # worker_main drops the worker's exit code: a worker stopped by a failure must show it.
+    sys.exit(max(codes, default=0))
 
 
 if __name__ == "__main__":

@@ -209,6 +209,7 @@ def start_worker(settings: Settings, github_server: str, server_config: Path, tm
         broker_url: str | None = None,
         concurrency: int = 2,
         lease_seconds: int = 60,
+        beat: bool = False,
     ) -> WorkerProcess:
         env = {
             **os.environ,
@@ -224,7 +225,7 @@ def start_worker(settings: Settings, github_server: str, server_config: Path, tm
             "GAFFER_LEASE_SECONDS": str(lease_seconds),
         }
         log = tmp_path / f"worker-{queue}-{len(started)}.log"
-        started.append(WorkerProcess.start(env, log, queue, concurrency))
+        started.append(WorkerProcess.start(env, log, queue, concurrency, beat=beat))
         return started[-1]
 
     yield start

@@ -70,7 +70,13 @@ class WorkerProcess:
 
     @classmethod
     def start(
-        cls, env: dict[str, str], log_path: Path, queues: str, concurrency: int = 2
+        cls,
+        env: dict[str, str],
+        log_path: Path,
+        queues: str,
+        concurrency: int = 2,
+        *,
+        beat: bool = False,
     ) -> WorkerProcess:
         argv = [
             sys.executable,
@@ -81,6 +87,7 @@ class WorkerProcess:
             str(concurrency),
             "--name",
             f"{queues}-{os.getpid()}@%h",
+            *(["--beat"] if beat else []),
         ]
         with log_path.open("wb") as log:  # the child keeps its own descriptor
             process = subprocess.Popen(
@@ -95,9 +102,11 @@ class WorkerProcess:
         return worker
 
     def ready(self) -> bool:
+        if b"ready." in self.log_path.read_bytes():
+            return True  # it may have stopped since, which the test then reads
         if self.process.poll() is not None:
             raise AssertionError(f"worker exited:\n{self.log_path.read_text()[-4000:]}")
-        return b"ready." in self.log_path.read_bytes()
+        return False
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")

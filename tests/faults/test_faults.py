@@ -242,7 +242,7 @@ def test_broker_down_when_a_webhook_arrives_stored_then_processed_once_when_it_r
     plans = wait_for(all_drafted, timeout=60, what="a draft plan on every issue")
     assert sorted(p.issue_number for p in plans) == [1, 2, 3]
     wait_for(
-        lambda: all(issue.labels() == ["gaffer: draft"] for issue in issues),
+        lambda: all(issue.state_labels() == ["gaffer: draft"] for issue in issues),
         what="every issue's state label",
     )
     assert [len(status_comments(issue)) for issue in issues] == [1, 1, 1]
@@ -453,3 +453,58 @@ def test_each_worker_reaps_its_own_machine_without_beat(
             what="the worker's own reaper to remove the orphan and its process",
         )
     assert git(["worktree", "list", "--porcelain"], cwd=mirror).count("worktree ") == 1
+
+
+# --------------------------------------------------------------------------- a fresh deploy
+
+
+def beat_of(worker: Any) -> int:
+    """Return the pid of the scheduler a worker forked: its child running its own command."""
+    pid = worker.process.pid
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    [beat] = [int(c) for c in children if Path(f"/proc/{c}/cmdline").read_bytes() == command]
+    return beat
+
+
+def test_a_worker_with_beat_on_a_fresh_gaffer_home_schedules_and_healthz_shows_the_tick(
+    start_worker: StartWorker, settings, client
+) -> None:
+    """A new machine: GAFFER_HOME does not exist yet when `worker github --beat` starts."""
+    assert not settings.home.exists()
+    worker = start_worker("github", beat=True)
+    wait_for(
+        lambda: client.get("/healthz").get_json()["scheduler_last_tick"],
+        timeout=60,
+        what="the scheduler's first tick on /healthz",
+    )
+    assert worker.process.poll() is None
+    assert "beat: Starting" in worker.log()
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        pytest.param("unopenable", id="a schedule file beat cannot open stops its worker"),
+        pytest.param("killed", id="beat killed with SIGKILL stops its worker"),
+    ],
+)
+def test_a_worker_whose_scheduler_dies_exits_non_zero_and_says_why(
+    start_worker: StartWorker, settings, fault: str
+) -> None:
+    if fault == "unopenable":  # folders where each kind of dbm file would go
+        for suffix in ("", ".db", ".dat", ".dir", ".bak"):
+            (settings.home / f"beat-schedule{suffix}").mkdir(parents=True)
+    worker = start_worker("github", beat=True)
+    if fault == "killed":
+        os.kill(beat_of(worker), signal.SIGKILL)
+    assert worker.process.wait(timeout=60) != 0
+    assert "the scheduler (beat) exited" in worker.log()
+
+
+def test_a_worker_stopped_as_usual_with_its_beat_exits_zero(start_worker: StartWorker) -> None:
+    worker = start_worker("github", beat=True)
+    time.sleep(2)  # beat is up and ticking
+    os.kill(worker.process.pid, signal.SIGTERM)
+    assert worker.process.wait(timeout=60) == 0
+    assert "the scheduler (beat) exited" not in worker.log()

@@ -6,16 +6,39 @@ and test_b_exactly_once.py.
 
 from __future__ import annotations
 
+import dataclasses
+from datetime import datetime
+
 from sqlalchemy import func, select
 
-from bot.models import Delivery
+from bot.models import Delivery, utcnow
+from tasks.reconcile import reconcile
 from tests.support import deliver, issue, labeled, repository
 
 PAYLOAD = labeled(repository("octo/widgets", "/nowhere.git"), issue(1))
 
 
-def test_health_check(client) -> None:
-    assert client.get("/healthz").get_json() == {"status": "ok"}
+def test_health_check_before_any_scheduler_tick_or_reconciler_pass(client) -> None:
+    assert client.get("/healthz").get_json() == {
+        "status": "ok",
+        "scheduler_last_tick": None,
+        "reconciler_last_pass": None,
+    }
+
+
+def test_health_check_shows_the_reconcilers_last_pass(client, wctx) -> None:
+    before = utcnow()
+    reconcile(wctx)
+    health = client.get("/healthz").get_json()
+    assert before <= datetime.fromisoformat(health["reconciler_last_pass"]) <= utcnow()
+    assert health["scheduler_last_tick"] is None  # only beat's scheduler writes that
+
+
+def test_health_check_is_503_when_the_database_cannot_be_read(make_app, settings, tmp_path) -> None:
+    unmigrated = f"sqlite:///{tmp_path / 'empty.sqlite'}"
+    lost = make_app(dataclasses.replace(settings, database_url=unmigrated))
+    response = lost.test_client().get("/healthz")
+    assert response.status_code == 503
 
 
 def test_deliveries_are_counted_per_hook(app, client) -> None:

@@ -327,6 +327,13 @@ def test_a_signed_body_that_is_not_a_json_object_is_refused(app, client) -> None
     assert response.status_code == 400 and stored(app) == []
 
 
+def test_a_signed_body_nested_10000_levels_deep_is_a_400_not_a_500(app, client) -> None:
+    body = json.dumps(FULL)[:-1].encode() + b', "x": ' + b"[" * 10_000 + b"]" * 10_000 + b"}"
+    response = client.post("/webhooks/jam", data=body, headers=signed(body, "msg_1"))
+    assert response.status_code == 400
+    assert "nested deeper than" in response.get_json()["message"] and stored(app) == []
+
+
 def test_without_a_secret_there_is_no_jam_route(make_app, settings) -> None:
     client = make_app(dataclasses.replace(settings, jam_webhook_secret=None)).test_client()
     assert send_jam(client, FULL).status_code == 404

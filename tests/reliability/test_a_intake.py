@@ -21,6 +21,7 @@ from sqlalchemy import select
 
 from bot.models import Delivery, Installation
 from bot.settings import Settings, SettingsError
+from bot.webhooks import MAX_JSON_DEPTH
 from tasks.deliveries import process_delivery
 from tests.reliability.conftest import as_body, post_raw, stored
 from tests.support import WEBHOOK_SECRET, deliver, issue, labeled, repository, sign
@@ -145,6 +146,40 @@ def test_a_body_over_the_size_cap_is_a_413_and_stores_nothing(make_app, settings
     response = post_raw(small.test_client(), body)
     assert response.status_code == 413
     assert stored(small) == []
+
+
+def nested(depth: int, payload: dict[str, Any]) -> bytes:
+    """Return payload with a key holding objects nested until the body is depth levels deep."""
+    inner = b'{"x": ' * (depth - 1) + b"1" + b"}" * (depth - 1)
+    return json.dumps(payload)[:-1].encode() + b', "x": ' + inner + b"}"
+
+
+DEEP = [
+    pytest.param(nested(10_000, PAYLOAD), id="objects nested 10000 levels deep are a 400"),
+    pytest.param(
+        b'{"x": ' + b"[" * 10_000 + b"]" * 10_000 + b"}",
+        id="arrays nested 10000 levels deep are a 400",
+    ),
+    pytest.param(nested(MAX_JSON_DEPTH + 1, PAYLOAD), id="one level over the limit is a 400"),
+]
+
+
+@pytest.mark.parametrize("body", DEEP)
+def test_a_signed_body_nested_too_deep_is_a_400_saying_so(app, client, enqueued, body) -> None:
+    response = post_raw(client, body)
+    assert response.status_code == 400
+    assert response.get_json()["message"] == (
+        f"the JSON body is nested deeper than {MAX_JSON_DEPTH} levels"
+    )
+    assert stored(app) == [] and enqueued == []
+
+
+def test_a_signed_body_as_deep_as_the_limit_is_stored_once(app, client, enqueued) -> None:
+    body = nested(MAX_JSON_DEPTH, PAYLOAD)
+    assert post_raw(client, body).status_code == 202
+    assert post_raw(client, body).status_code == 200  # the same delivery again
+    [row] = stored(app)
+    assert row.payload == body.decode() and len(enqueued) == 1
 
 
 IGNORED = [

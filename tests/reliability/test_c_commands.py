@@ -12,7 +12,7 @@ import json
 import pytest
 
 from bot.models import PlanState
-from tests.conftest import INSTALLATION_ID, REPO
+from tests.conftest import INSTALLATION_ID
 from tests.in_process import InProcess
 from tests.reliability.conftest import handle, human_comment, post_raw, seen, send_comment, stored
 from tests.support import labeled, sign
@@ -53,6 +53,13 @@ NOT_COMMANDS = [
         "/approve", {"login": "gaffer[bot]", "kind": "Bot"}, id="a comment by gaffer is ignored"
     ),
     pytest.param("\u200b\u200c\u200d\ufeff", {}, id="a comment of zero-width characters only"),
+    pytest.param("<pre>\n/approve\n</pre>", {}, id="approve inside a pre block is ignored"),
+    pytest.param(
+        "Looks fine\u2028/approve", {}, id="approve after a line separator GitHub shows mid-line"
+    ),
+    pytest.param(
+        "Looks fine\u2029/approve", {}, id="approve after a paragraph separator is ignored"
+    ),
 ]
 
 
@@ -212,4 +219,4 @@ def test_a_delivery_whose_bytes_are_not_utf8_is_refused_and_stores_nothing(
     assert response.status_code == 400
     assert len(stored(drafted.flow.app)) == rows
     assert seen(drafted, payload).state == PlanState.DRAFT
-    assert drafted.flow.github.issue_labels(REPO, 1) == ["gaffer: draft"]
+    assert drafted.flow.state_labels() == ["gaffer: draft"]

@@ -47,7 +47,7 @@ from tasks.worktrees import (
     resolve_ref,
 )
 from tests.conftest import INSTALLATION_ID, REPO
-from tests.in_process import InProcess
+from tests.in_process import InProcess, settle
 from tests.support import WEBHOOK_SECRET
 
 CHECK = "grep -q good widgets.py"
@@ -263,6 +263,66 @@ def test_a_check_that_hangs_or_floods_is_stopped_and_its_check_run_says_why(
     assert (plan.state, plan.last_error) == (PlanState.FAILED, why)
     assert went_wrong(here) == f"**What went wrong:** {why}"
     assert disk(home) == Disk()
+
+
+# --------------------------------------------------------------------------- the config's edge
+
+NAME_RULE = "a check's name is 1 to 64 letters, digits"
+# About 1 MB, the shape that took seconds and 144 MB to parse, again for every command.
+HUGE_CONFIG = "approvers: [" + ", ".join(f"user-{n:06d}" for n in range(80_000)) + "]\n"
+BAD_CONFIGS = [
+    pytest.param(
+        "checks:\n  - name: ../../x\n    run: 'true'\n",
+        f'check 1 (`"../../x"`): {NAME_RULE}',
+        id="a check named ../../x is refused when the config is read",
+    ),
+    pytest.param(
+        "checks:\n  - name: tests\n    run: 'true'\n  - name: ''\n    run: 'true'\n",
+        f'check 2 (`""`): {NAME_RULE}',
+        id="a check with an empty name is refused before any job",
+    ),
+    pytest.param(
+        "checks:\n  - name: unit tests\n    run: 'true'\n",
+        f'check 1 (`"unit tests"`): {NAME_RULE}',
+        id="a check name with a space is refused",
+    ),
+    pytest.param(
+        "checks:\n  - name: \"ok\\x07\"\n    run: 'true'\n",
+        f'check 1 (`"ok\\u0007"`): {NAME_RULE}',
+        id="a check name with a control character is refused, the character shown escaped",
+    ),
+    pytest.param(
+        HUGE_CONFIG,
+        f"is {len(HUGE_CONFIG):,} bytes; gaffer reads at most 65,536 bytes (64 KiB)",
+        id="a 1 MB config is refused without being parsed",
+    ),
+]
+
+
+@pytest.mark.parametrize(("config", "reason"), BAD_CONFIGS)
+def test_a_config_gaffer_cannot_use_is_refused_on_the_issue_saying_what_to_fix(
+    open_issue: Open, config: str, reason: str
+) -> None:
+    here = open_issue(script(execute=[GOOD]), config)
+    here.flow.label()
+    settle(here.wctx)
+    [reply] = [c["body"] for c in here.flow.comments() if "gaffer cannot use" in c["body"]]
+    assert reason in reply
+    assert here.flow.plan() is None  # no plan, so no job and no folder named after a check
+
+
+def test_a_check_renamed_to_a_path_after_planning_is_refused_at_approve(
+    open_issue: Open, origin: Path
+) -> None:
+    here = open_issue(script(execute=[GOOD]))
+    here.flow.label()
+    assert here.settle().state == PlanState.DRAFT
+    commit_to_origin(origin, {".github/gaffer.yml": BAD_CONFIGS[0].values[0]}, "rename check")
+    plan = here.comment("/approve")
+    assert plan.state == PlanState.DRAFT
+    [reply] = here.flow.replies()
+    assert reply.startswith("> /approve") and 'check 1 (`"../../x"`)' in reply
+    assert [r["name"] for r in here.flow.check_runs()] == []  # nothing ran
 
 
 # --------------------------------------------------------------------------- the diff check

@@ -92,6 +92,10 @@ RECOGNISED = [
     ("zero-width space before the slash is stripped", "\u200b/approve", "approve", {}),
     ("byte order mark at the start is stripped", "\ufeff/approve", "approve", {}),
     ("bidi override after the command is stripped", "/approve\u202e", "approve", {}),
+    ("approve after a closed pre block", "<pre>\nlog\n</pre>\n/approve", "approve", {}),
+    ("approve after a one-line pre block", "<pre>log</pre>\n/approve", "approve", {}),
+    ("approve after a pre tag in a closed quote", "> <pre>\n\n/approve", "approve", {}),
+    ("a line separator after approve is space", "/approve\u2028", "approve", {}),
 ]
 
 
@@ -134,6 +138,16 @@ NOT_COMMANDS = [
     ("a slash without a name", "/ approve"),
     ("a name that starts with a digit", "/2 approvals needed"),
     ("a name longer than any command", "/" + "a" * 60),
+    ("in a pre block", "<pre>\n/approve\n</pre>"),
+    ("in a pre block with attributes and a blank line", "<PRE lang=x>\n\n/approve\n</Pre>"),
+    ("in an unclosed pre block", "<pre>\n/approve"),
+    ("in a pre element opened mid-line", "output: <pre>\n/approve\n</pre>"),
+    ("in a textarea", "<textarea>\n/approve\n</textarea>"),
+    ("in a script block", "<script>\n/approve\n</script>"),
+    ("after a line separator, shown mid-line", "Looks fine\u2028/approve"),
+    ("after a paragraph separator, shown mid-line", "Looks fine\u2029/approve"),
+    ("after a line separator at the start", "\u2028/approve"),
+    ("after a lone carriage return, shown mid-line", "Looks fine\r/approve"),
 ]
 
 
