@@ -15,6 +15,7 @@ import requests
 from github import Auth, Github, GithubException, GithubIntegration, GithubRetry
 from requests.utils import parse_header_links
 
+from bot.lookup_cache import LookupCache
 from bot.masking import SecretMask
 from bot.models import aware
 from bot.settings import Settings
@@ -86,6 +87,8 @@ class GitHubApp:
         self._renewal_locks: dict[int, threading.Lock] = {}
         self._lock = threading.Lock()  # guards _renewal_locks only
         self._bot_login: str | None = None
+        # Who may write, and the config, as GitHub said in the last minute: one per process.
+        self.lookups = LookupCache()
 
     def integration(self) -> GithubIntegration:
         """Return a client authenticated as the App itself (JWT)."""
@@ -133,7 +136,13 @@ class GitHubApp:
             **self._pace,
         )
         client = RepoClient(
-            gh, full_name, self.app_id, self.mask, self._writes, bot_login=self.bot_login
+            gh,
+            full_name,
+            self.app_id,
+            self.mask,
+            self._writes,
+            bot_login=self.bot_login,
+            lookups=self.lookups,
         )
         client.unsandboxed = self.settings.unsandboxed
         return client
@@ -159,6 +168,26 @@ class GitHubApp:
         self.integration().requester.requestJsonAndCheck(
             "POST", f"/app/hook/deliveries/{delivery_id}/attempts"
         )
+
+    def find_installation(self, full_name: str) -> dict[str, Any] | None:
+        """Ask GitHub which installation holds a repository; None if the App is not on it.
+
+        The answer is shaped as a webhook payload: `installation` and `repository` objects.
+        """
+        try:
+            _headers, installation = self.integration().requester.requestJsonAndCheck(
+                "GET", f"/repos/{quote(full_name, safe='/')}/installation"
+            )
+        except GithubException as error:
+            if error.status == 404:
+                return None
+            raise
+        # The installation's answer has no repository id, which gaffer keys repositories by.
+        repo = self.installation(installation["id"], full_name).repo
+        return {
+            "installation": installation,
+            "repository": {"id": repo.id, "full_name": repo.full_name},
+        }
 
 
 class Rewriter:
@@ -404,6 +433,7 @@ class RepoClient(PullsMixin):
         writes: Rewriter | None = None,
         *,
         bot_login: Callable[[], str],
+        lookups: LookupCache | None = None,
     ) -> None:
         self.gh = gh
         self.full_name = full_name
@@ -411,6 +441,7 @@ class RepoClient(PullsMixin):
         self.mask = mask
         self.writes = writes or Rewriter()
         self.bot_login = bot_login
+        self.lookups = lookups if lookups is not None else LookupCache()
         # The server runs agents without isolation (`sandbox: none`): the status says so.
         self.unsandboxed = False
         self._repo: Any = None
@@ -421,8 +452,18 @@ class RepoClient(PullsMixin):
             self._repo = self.gh.get_repo(self.full_name)
         return self._repo
 
-    def permission(self, login: str) -> str:
-        """Return a user's permission on the repository: admin, write, read or none."""
+    def permission(self, login: str, *, recent: bool = False) -> str:
+        """Return a user's permission on the repository: admin, write, read or none.
+
+        recent: an answer from the last minute will do (see LookupCache), as for a flood
+        of commands; work that is about to write on GitHub asks afresh.
+        """
+        if not recent:
+            return self._ask_permission(login)
+        key = ("permission", self.full_name.lower(), login.lower())
+        return self.lookups.remember(key, lambda: self._ask_permission(login))
+
+    def _ask_permission(self, login: str) -> str:
         try:
             return str(self.repo.get_collaborator_permission(login))
         except GithubException as error:
@@ -432,8 +473,17 @@ class RepoClient(PullsMixin):
         except Exception as error:  # timeouts, connection errors: fail closed
             raise PermissionUnknown(type(error).__name__) from error
 
-    def team_member(self, team: str, login: str) -> bool:
-        """Tell whether login is an active member of team, given as org/slug."""
+    def team_member(self, team: str, login: str, *, recent: bool = False) -> bool:
+        """Tell whether login is an active member of team, given as org/slug.
+
+        recent: an answer from the last minute will do, as for permission().
+        """
+        if not recent:
+            return self._ask_team_member(team, login)
+        key = ("team", team.lower(), login.lower())
+        return self.lookups.remember(key, lambda: self._ask_team_member(team, login))
+
+    def _ask_team_member(self, team: str, login: str) -> bool:
         org, slug = (quote(part, safe="") for part in team.split("/", 1))
         path = f"/orgs/{org}/teams/{slug}/memberships/{quote(login, safe='')}"
         try:
@@ -485,9 +535,13 @@ class RepoClient(PullsMixin):
         return self.writes.rewrite(lambda: int(self.issue(number).create_comment(body).id))
 
     def react(self, number: int, comment_id: int, content: str = "eyes") -> None:
-        """Add a reaction to a comment; GitHub keeps one per user and content."""
+        """Add a reaction to a comment; GitHub keeps one per user and content.
+
+        One request: a flood of commands costs one reaction each, not three look-ups.
+        """
+        path = f"/repos/{self.full_name}/issues/comments/{comment_id}/reactions"
         self.writes.rewrite(
-            lambda: self.issue(number).get_comment(comment_id).create_reaction(content)
+            lambda: self.gh.requester.requestJsonAndCheck("POST", path, input={"content": content})
         )
 
     def upsert_status(self, number: int, body: str, known_id: int | None) -> int:
@@ -574,14 +628,30 @@ class RepoClient(PullsMixin):
 
     def file_on_default_branch(self, path: str) -> str | None:
         """Return a file's text from the default branch, or None when it is not there."""
-        content = self._contents_on_default_branch(path)
+        content = self._contents(path, self.repo.default_branch)
         if content is None:
             return None
         return content.decoded_content.decode("utf-8", errors="replace")
 
     def small_file_on_default_branch(self, path: str, max_bytes: int) -> RepoFile | None:
         """Return a file on the default branch, with its text only if at most max_bytes."""
-        content = self._contents_on_default_branch(path)
+        return self._small_file(path, self.repo.default_branch, max_bytes)
+
+    def recent_file_on_default_branch(self, path: str, max_bytes: int) -> RepoFile | None:
+        """Return a file as of the default branch's head seen in the last minute or so.
+
+        The head is remembered briefly and the file per (repository, head): a flood of
+        commands reads neither again, and a new commit is seen once the head expires.
+        """
+        repo_key = self.full_name.lower()
+        head = self.lookups.remember(("head", repo_key), self.default_branch_sha)
+        return self.lookups.remember(
+            ("file", repo_key, head, path, max_bytes),
+            lambda: self._small_file(path, head, max_bytes),
+        )
+
+    def _small_file(self, path: str, ref: str, max_bytes: int) -> RepoFile | None:
+        content = self._contents(path, ref)
         if content is None:
             return None
         size = int(content.size)
@@ -590,9 +660,9 @@ class RepoClient(PullsMixin):
         text = content.decoded_content.decode("utf-8", errors="replace")
         return RepoFile(str(content.sha), size, text)
 
-    def _contents_on_default_branch(self, path: str) -> Any:
+    def _contents(self, path: str, ref: str) -> Any:
         try:
-            return self.repo.get_contents(path, ref=self.repo.default_branch)
+            return self.repo.get_contents(path, ref=ref)
         except GithubException as error:
             if error.status == 404:
                 return None

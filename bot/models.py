@@ -11,6 +11,7 @@ from sqlalchemy import (
     DateTime,
     Enum,
     ForeignKey,
+    Index,
     Integer,
     Numeric,
     String,
@@ -253,13 +254,20 @@ class CommandReceipt(Base):
     """A command comment seen once: two deliveries of one comment act once."""
 
     __tablename__ = "command_receipts"
-    __table_args__ = (UniqueConstraint("repository_id", "comment_id"),)
+    __table_args__ = (
+        UniqueConstraint("repository_id", "comment_id"),
+        # Refusals are counted per user and issue (bot/refusals.py).
+        Index("ix_command_receipts_thread", "repository_id", "issue_number", "actor"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     repository_id: Mapped[int] = mapped_column(BigInteger)
     comment_id: Mapped[int] = mapped_column(BigInteger)
+    # None on receipts written before gaffer counted refusals per issue.
+    issue_number: Mapped[int | None] = mapped_column(Integer)
     command: Mapped[str] = mapped_column(String(40))
     actor: Mapped[str] = mapped_column(String(200))
+    # How gaffer answered when it did not act: see bot/refusals.py.
     outcome: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 

@@ -12,14 +12,18 @@ COULD_NOT_VERIFY = "gaffer could not verify your permission on this repository; 
 __all__ = ["COULD_NOT_VERIFY", "PermissionUnknown", "may_approve"]
 
 
-def may_approve(client: RepoClient, login: str, config: RepoConfig) -> bool:
+def may_approve(
+    client: RepoClient, login: str, config: RepoConfig, *, recent: bool = False
+) -> bool:
     """Tell whether login may use writer commands; raise PermissionUnknown when unsure.
 
     A listed approver, a writer (write, maintain, admin) or an active member of a listed
     team may. The config must come from the default branch, read before this call.
+    recent: GitHub's answers from the last minute will do (commands, which come in floods);
+    a task about to write asks afresh.
     """
     if login.lower() in {name.lower() for name in config.approvers}:
         return True
-    if client.permission(login) in WRITE_LEVELS:
+    if client.permission(login, recent=recent) in WRITE_LEVELS:
         return True
-    return any(client.team_member(team, login) for team in config.approver_teams)
+    return any(client.team_member(team, login, recent=recent) for team in config.approver_teams)

@@ -95,6 +95,21 @@ def load_repo_config(
 def fetch_repo_config(client: Any, server_defaults: Mapping[str, Any] | None = None) -> RepoConfig:
     """Read the repository's config from its default branch, never from a plan branch."""
     found = client.small_file_on_default_branch(REPO_CONFIG_PATH, MAX_CONFIG_BYTES)
+    return _config_in(found, server_defaults)
+
+
+def fetch_recent_repo_config(
+    client: Any, server_defaults: Mapping[str, Any] | None = None
+) -> RepoConfig:
+    """Read the config as of the default branch's head seen in the last minute or so.
+
+    For commands, which come in floods: the file is fetched once per (repository, head).
+    """
+    found = client.recent_file_on_default_branch(REPO_CONFIG_PATH, MAX_CONFIG_BYTES)
+    return _config_in(found, server_defaults)
+
+
+def _config_in(found: Any, server_defaults: Mapping[str, Any] | None) -> RepoConfig:
     if found is None:
         return load_repo_config(None, server_defaults)
     if found.text is None:

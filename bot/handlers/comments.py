@@ -12,7 +12,7 @@ from bot.handlers import plan_commands
 from bot.models import CommandReceipt
 from bot.permissions import COULD_NOT_VERIFY, PermissionUnknown, may_approve
 from bot.render import config_error
-from bot.repo_config import RepoConfigError, fetch_repo_config
+from bot.repo_config import RepoConfigError, fetch_recent_repo_config
 from bot.router import Router
 
 router = Router()
@@ -28,7 +28,8 @@ def comment_created(ctx: Context, payload: dict[str, Any]) -> None:
     if parsed is None:
         return
     request = plan_commands.Request.from_payload(ctx, payload)
-    if not _first_sighting(ctx, payload, parsed):
+    request.receipt = _first_sighting(ctx, payload, parsed)
+    if request.receipt is None:
         return
     if isinstance(parsed, Refusal):
         request.refuse(parsed.raw, parsed.reason)
@@ -37,8 +38,10 @@ def comment_created(ctx: Context, payload: dict[str, Any]) -> None:
 
 
 def _authorised_run(request: plan_commands.Request, command: Command) -> None:
+    # Answers from the last minute will do for the config and for who may write: a flood
+    # of commands then costs GitHub one reaction or reply each, not a round of look-ups.
     try:
-        request.config = fetch_repo_config(
+        request.config = fetch_recent_repo_config(
             request.client, request.ctx.settings.server_config.get("defaults")
         )
     except RepoConfigError as error:
@@ -46,7 +49,7 @@ def _authorised_run(request: plan_commands.Request, command: Command) -> None:
         return
     if spec_for(command.name).who == Who.WRITER:
         try:
-            allowed = may_approve(request.client, request.actor, request.config)
+            allowed = may_approve(request.client, request.actor, request.config, recent=True)
         except PermissionUnknown:
             request.refuse(command.raw, COULD_NOT_VERIFY)
             return
@@ -68,11 +71,15 @@ def _from_a_bot(ctx: Context, comment: dict[str, Any]) -> bool:
     )
 
 
-def _first_sighting(ctx: Context, payload: dict[str, Any], parsed: Command | Refusal) -> bool:
+def _first_sighting(
+    ctx: Context, payload: dict[str, Any], parsed: Command | Refusal
+) -> CommandReceipt | None:
+    """Return the comment's new receipt, or None when another delivery of it came first."""
     # Two deliveries of one comment (a redelivery from another hook, a replay) act once.
     name = parsed.name if isinstance(parsed, Command) else "refused"
     receipt = CommandReceipt(
         repository_id=payload["repository"]["id"],
+        issue_number=payload["issue"]["number"],
         comment_id=payload["comment"]["id"],
         command=name,
         actor=payload["comment"]["user"]["login"],
@@ -81,5 +88,5 @@ def _first_sighting(ctx: Context, payload: dict[str, Any], parsed: Command | Ref
         with ctx.session.begin_nested():
             ctx.session.add(receipt)
     except IntegrityError:
-        return False
-    return True
+        return None
+    return receipt

@@ -20,6 +20,7 @@ from bot.handlers.issues import stop_plan_work
 from bot.models import (
     Approval,
     CheckResult,
+    CommandReceipt,
     Plan,
     PlanRevision,
     PlanState,
@@ -29,6 +30,7 @@ from bot.models import (
 )
 from bot.plans import active_plan, add_job, advance, latest_plan
 from bot.queue import RUN_JOB
+from bot.refusals import QUIET_REACTION, Outcome, may_reply
 from bot.render import cost_reply, refusal, status_reply
 from bot.repo_config import RepoConfig
 from bot.states import Event
@@ -49,6 +51,8 @@ class Request:
     config: RepoConfig = field(default_factory=RepoConfig)
     # When GitHub says the comment was written; None when a payload does not say.
     written_at: datetime | None = None
+    # The comment's receipt: it records how gaffer answered, so replies can be limited.
+    receipt: CommandReceipt | None = None
 
     @classmethod
     def from_payload(cls, ctx: Context, payload: dict[str, Any]) -> Request:
@@ -76,8 +80,28 @@ class Request:
         return self.written_at < aware(moment).replace(microsecond=0)
 
     def refuse(self, raw: str, reason: str) -> None:
-        """Reply once, quoting the command, saying why it was not done."""
-        self.reply(refusal(raw, reason))
+        """Reply once, quoting the command, saying why it was not done (or only react)."""
+        if self._may_reply(Outcome.REFUSED):
+            self.reply(refusal(raw, reason))
+
+    def answer(self, body: str) -> None:
+        """Mark a question command seen and reply to it (or only react)."""
+        if self._may_reply(Outcome.ANSWERED):
+            self.accept()
+            self.reply(body)
+
+    def _may_reply(self, outcome: Outcome) -> bool:
+        # Past the limit (bot/refusals.py) the writer gets one reaction and no comment.
+        if self.receipt is None:
+            return True
+        if not may_reply(self.ctx.session, self.receipt):
+            self.receipt.outcome = Outcome.QUIETED.value
+            self.ctx.after_commit(
+                lambda: self.client.react(self.issue_number, self.comment_id, QUIET_REACTION)
+            )
+            return False
+        self.receipt.outcome = outcome.value
+        return True
 
     def reply(self, body: str) -> None:
         self.ctx.after_commit(lambda: self.client.reply(self.issue_number, body))
@@ -134,15 +158,14 @@ def run(request: Request, command: Command) -> None:
 
 
 def _answer_general(request: Request, command: Command) -> None:
-    request.accept()
     session = request.ctx.session
     plan = latest_plan(session, request.repository_id, request.issue_number)
     if command.name == "help":
-        request.reply(render_help())
+        request.answer(render_help())
     elif command.name == "cost" and plan is not None:
-        request.reply(cost_reply(plan, plan_jobs(session, plan.id), plan_spend(session, plan.id)))
+        request.answer(cost_reply(plan, plan_jobs(session, plan.id), plan_spend(session, plan.id)))
     else:
-        request.reply(status_reply(plan))
+        request.answer(status_reply(plan))
 
 
 def _wrong_state(command: Command, plan: Plan, *states: PlanState) -> str:
