@@ -22,6 +22,9 @@ class Context:
     settings: Settings
     github: Callable[[int, str], RepoClient]
     send_task: Callable[..., None]
+    # Repositories (lower-case full names) whose installation GitHub was already asked for
+    # while handling this delivery: their missing row is GitHub's answer, not a gap.
+    looked_up: frozenset[str] = frozenset()
     effects: list[Callable[[], object]] = field(default_factory=list)
 
     def after_commit(self, effect: Callable[[], object]) -> None:

@@ -6,9 +6,11 @@ import json
 import logging
 
 from bot.context import Context
+from bot.handlers.installations import InstallationUnknown
 from bot.models import Delivery, utcnow
 from bot.routing import dispatch
 from tasks.context import WorkerContext
+from tasks.installations import discover_installation
 
 log = logging.getLogger(__name__)
 
@@ -17,7 +19,24 @@ _NEEDS_REPOSITORY = {"issues", "issue_comment", "pull_request"}
 
 
 def process_delivery(wctx: WorkerContext, *, delivery_id: int) -> None:
-    """Handle a delivery once; a redelivered task finds it processed and stops."""
+    """Handle a delivery once; a redelivered task finds it processed and stops.
+
+    A handler that names a repository gaffer has no installation row for rolls back; the
+    installation is looked up with the App's JWT and the delivery handled again, once.
+    """
+    looked_up: frozenset[str] = frozenset()
+    while True:
+        try:
+            return _handle(wctx, delivery_id, looked_up)
+        except InstallationUnknown as unknown:
+            name = unknown.full_name.lower()
+            if name in looked_up:
+                raise RuntimeError(f"{unknown} after asking GitHub") from unknown
+            discover_installation(wctx, unknown.full_name)
+            looked_up |= {name}
+
+
+def _handle(wctx: WorkerContext, delivery_id: int, looked_up: frozenset[str]) -> None:
     ctx: Context | None = None
     with wctx.db.session() as session:
         row = session.get(Delivery, delivery_id)
@@ -30,7 +49,9 @@ def process_delivery(wctx: WorkerContext, *, delivery_id: int) -> None:
         if problem:
             row.error = problem
             return
-        ctx = Context(session, wctx.db, wctx.settings, wctx.client, wctx.send_task)
+        ctx = Context(
+            session, wctx.db, wctx.settings, wctx.client, wctx.send_task, looked_up=looked_up
+        )
         dispatch(ctx, row.event, payload)
     for effect in ctx.effects:
         effect()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
+import jwt
 from flask import Blueprint, Flask, Response, current_app, g, jsonify, request
 from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
@@ -1030,7 +1031,8 @@ def create_access_token(installation_id: int) -> ResponseReturnValue:
 
 @bp.get(f"{REPO}/installation")
 def get_repo_installation(owner: str, repo: str) -> ResponseReturnValue:
-    """GET /repos/{o}/{r}/installation."""
+    """GET /repos/{o}/{r}/installation: only the App itself (its JWT) may ask."""
+    _require_app_jwt()
     return jsonify(_render().installation(_repo(owner, repo).installation_id))
 
 
@@ -1675,6 +1677,32 @@ def check_request() -> ResponseReturnValue | None:
     elif fault:
         return _fault_response(fault)
     return None
+
+
+def _require_app_jwt() -> None:
+    """Answer 401 unless the request carries a live JWT issued by this App, as GitHub does.
+
+    The double holds no public key, so the signature is not checked: the claims are.
+    """
+    token = _bearer_token() or ""
+    try:
+        claims = jwt.decode(token, options={"verify_signature": False})
+    except jwt.PyJWTError:
+        raise GitHubError(401, "A JSON web token could not be decoded") from None
+    now = datetime.now(UTC).timestamp()
+    issued, expires = claims.get("iat"), claims.get("exp")
+    if str(claims.get("iss")) != str(_state().app_id):
+        raise GitHubError(401, "'Issuer' claim ('iss') must be an Integer")
+    if not isinstance(issued, int | float) or not isinstance(expires, int | float):
+        raise GitHubError(401, "'Issued at' and 'Expiration time' claims are required")
+    if expires <= now:
+        raise GitHubError(
+            401,
+            "'Expiration time' claim ('exp') must be a numeric value "
+            "representing the future time at which the assertion expires",
+        )
+    if expires - issued > 10 * 60 or issued > now + 60:
+        raise GitHubError(401, "'Expiration time' claim ('exp') is too far in the future")
 
 
 def _check_contract(state: GitHubState) -> None:

@@ -14,6 +14,18 @@ from bot.router import Router
 router = Router()
 
 
+class InstallationUnknown(Exception):
+    """A handler needs a repository's installation and gaffer has no row for it.
+
+    The delivery's task asks GitHub with the App's JWT, outside any transaction, records
+    what it finds and handles the delivery again (see tasks/installations.py).
+    """
+
+    def __init__(self, full_name: str) -> None:
+        super().__init__(f"no installation recorded for {full_name}")
+        self.full_name = full_name
+
+
 def remember_installation(session: Session, payload: dict[str, Any]) -> Installation:
     """Create or refresh the installation a payload came through."""
     data = payload["installation"]
@@ -33,6 +45,13 @@ def remember_repository(session: Session, installation_id: int, repo: dict[str, 
     row.full_name = repo["full_name"]
     row.removed_at = None
     return row
+
+
+def remember_found(session: Session, found: dict[str, Any]) -> Repository:
+    """Record an installation and repository GitHub named in answer to gaffer's question."""
+    installation = remember_installation(session, found)
+    installation.suspended = found["installation"].get("suspended_at") is not None
+    return remember_repository(session, installation.id, found["repository"])
 
 
 @router.register("installation", "created")

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from bot.context import Context
 from bot.db import Database
+from bot.handlers.installations import InstallationUnknown
 from bot.jam.enrich import enrich, enrichment_options
 from bot.jam.models import JamReport, JamStatus
 from bot.jam.report import (
@@ -44,6 +45,9 @@ def jam_created(ctx: Context, payload: dict[str, Any]) -> None:
             return  # another delivery of this Jam opened its issue
         full_name = parse_routes(ctx.settings.server_config).repository_for(jam)
         installed = _installation_of(ctx.session, full_name) if full_name else None
+        if full_name and installed is None and full_name.lower() not in ctx.looked_up:
+            # The App may have been installed before gaffer first started: ask GitHub.
+            raise InstallationUnknown(full_name)
     report = report or _new_report(ctx.session, jam, payload)
     report.repository = installed[1] if installed else full_name
     if full_name is None:

@@ -17,6 +17,7 @@ import responses
 from sqlalchemy import select
 from standardwebhooks import Webhook
 
+from bot.github import GitHubApp
 from bot.jam.enrich import enrich
 from bot.jam.models import JamReport, JamStatus, jam_reports
 from bot.jam.report import (
@@ -546,6 +547,68 @@ def test_a_report_for_a_repository_gaffer_is_not_installed_on_is_recorded(
     [report] = reports(app)
     assert report.status == JamStatus.FAILED and report.repository == "octo/not-installed"
     assert report.error == "gaffer is not installed on octo/not-installed"
+
+
+# --------------------------------------------------------------------------- installations
+
+
+def installation_lookups(github, full_name: str) -> list[str | None]:
+    """Return the credentials of each request that asked GitHub for full_name's installation."""
+    path = f"/repos/{full_name}/installation"
+    return [r.token for r in github.requests if r.method == "GET" and r.path == path]
+
+
+def test_a_jam_before_any_github_event_finds_the_installation_and_opens_its_issue(
+    app, client, github_http, wctx
+) -> None:
+    # Deployed after the App was installed: no installation webhook ever reached gaffer.
+    send_jam(client, FULL)
+    settle(wctx)
+    [made] = jam_issues(github_http)
+    [report] = reports(app)
+    assert (report.status, report.issue_number, report.error) == (
+        JamStatus.CREATED,
+        made["number"],
+        None,
+    )
+    [token] = installation_lookups(github_http, REPO)
+    assert token is not None and token.count(".") == 2  # asked as the App, with its JWT
+    send_jam(client, {**MINIMAL, "data": {**MINIMAL["data"], "id": "jam-2"}}, "msg_2")
+    settle(wctx)
+    assert len(jam_issues(github_http)) == 2
+    assert len(installation_lookups(github_http, REPO)) == 1  # recorded: not asked again
+
+
+def test_a_jam_for_a_repository_the_app_is_not_on_fails_after_asking_github(
+    app, client, github_http, wctx
+) -> None:
+    send_jam(client, jam_payload(id="jam-away", pageUrl="https://elsewhere.test/"))
+    settle(wctx)
+    [report] = reports(app)
+    assert (report.status, report.error) == (
+        JamStatus.FAILED,
+        "gaffer is not installed on octo/not-installed",
+    )
+    assert len(installation_lookups(github_http, "octo/not-installed")) == 1  # GitHub said 404
+    assert stored(app)[0].processed_at is not None  # nothing to retry
+
+
+def test_a_502_on_the_installation_lookup_is_retried_and_the_retry_opens_the_issue(
+    app, client, github_http, wctx
+) -> None:
+    # The transport's own retries are spent: the failure reaches the task, which Celery retries.
+    wctx.github_app = GitHubApp(wctx.settings, wctx.mask, retries=0)
+    github_http.fail_next("GET", rf"^/repos/{REPO}/installation$", 502)
+    send_jam(client, FULL)
+    [delivery] = stored(app)
+    with pytest.raises(requests.exceptions.RetryError, match="502"):
+        process_delivery(wctx, delivery_id=delivery.id)
+    assert stored(app)[0].processed_at is None and jam_issues(github_http) == []
+    assert reports(app) == []  # nothing was marked failed
+    settle(wctx)  # the retry
+    [made] = jam_issues(github_http)
+    assert reports(app)[0].status == JamStatus.CREATED
+    assert reports(app)[0].issue_number == made["number"]
 
 
 # --------------------------------------------------------------------------- enrichment

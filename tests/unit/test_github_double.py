@@ -5,10 +5,12 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
+import jwt
 import pytest
 import requests
 import responses
@@ -396,6 +398,37 @@ def test_an_installation_token_stops_working_when_it_expires(served: GitHubState
     )
     assert issued.status_code == 201
     assert call("GET", f"/repos/{REPO}", token=issued.json()["token"]).status_code == 401
+
+
+def app_jwt(app_id: int = 4242, *, lifetime_s: int = 540) -> str:
+    """Return a JWT shaped like the App's; the double checks its claims, not its signature."""
+    now = int(time.time())
+    claims = {"iat": now - 60, "exp": now - 60 + lifetime_s, "iss": str(app_id)}
+    return jwt.encode(claims, "not the App key: the double checks claims only", algorithm="HS256")
+
+
+INSTALLATION_ASKED_WITH = [
+    pytest.param(app_jwt(), 200, id="the App's JWT is answered"),
+    pytest.param("ghs_installation_token", 401, id="an installation token is refused"),
+    pytest.param(app_jwt(app_id=1), 401, id="another App's JWT is refused"),
+    pytest.param(app_jwt(lifetime_s=30), 401, id="an expired JWT is refused"),
+    pytest.param(app_jwt(lifetime_s=3600), 401, id="a JWT living over 10 minutes is refused"),
+]
+
+
+@pytest.mark.parametrize(("token", "status"), INSTALLATION_ASKED_WITH)
+def test_a_repositorys_installation_is_told_only_to_the_app(
+    served: GitHubState, token: str, status: int
+) -> None:
+    answer = call("GET", f"/repos/{REPO}/installation", token=token)
+    assert answer.status_code == status, answer.json()
+    if status == 200:
+        assert (answer.json()["id"], answer.json()["account"]["login"]) == (77, "octo")
+    assert served.contract_errors == []
+
+
+def test_a_repository_the_app_is_not_on_has_no_installation(served: GitHubState) -> None:
+    assert call("GET", "/repos/octo/elsewhere/installation", token=app_jwt()).status_code == 404
 
 
 def test_a_request_without_credentials_is_refused(served: GitHubState) -> None:
