@@ -6,7 +6,7 @@ import base64
 import json
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -407,20 +407,23 @@ def app_jwt(app_id: int = 4242, *, lifetime_s: int = 540) -> str:
     return jwt.encode(claims, "not the App key: the double checks claims only", algorithm="HS256")
 
 
+# Tokens are made when the test runs, not when it is collected: a JWT lives minutes.
 INSTALLATION_ASKED_WITH = [
-    pytest.param(app_jwt(), 200, id="the App's JWT is answered"),
-    pytest.param("ghs_installation_token", 401, id="an installation token is refused"),
-    pytest.param(app_jwt(app_id=1), 401, id="another App's JWT is refused"),
-    pytest.param(app_jwt(lifetime_s=30), 401, id="an expired JWT is refused"),
-    pytest.param(app_jwt(lifetime_s=3600), 401, id="a JWT living over 10 minutes is refused"),
+    pytest.param(app_jwt, 200, id="the App's JWT is answered"),
+    pytest.param(lambda: "ghs_installation_token", 401, id="an installation token is refused"),
+    pytest.param(lambda: app_jwt(app_id=1), 401, id="another App's JWT is refused"),
+    pytest.param(lambda: app_jwt(lifetime_s=30), 401, id="an expired JWT is refused"),
+    pytest.param(
+        lambda: app_jwt(lifetime_s=3600), 401, id="a JWT living over 10 minutes is refused"
+    ),
 ]
 
 
 @pytest.mark.parametrize(("token", "status"), INSTALLATION_ASKED_WITH)
 def test_a_repositorys_installation_is_told_only_to_the_app(
-    served: GitHubState, token: str, status: int
+    served: GitHubState, token: Callable[[], str], status: int
 ) -> None:
-    answer = call("GET", f"/repos/{REPO}/installation", token=token)
+    answer = call("GET", f"/repos/{REPO}/installation", token=token())
     assert answer.status_code == status, answer.json()
     if status == 200:
         assert (answer.json()["id"], answer.json()["account"]["login"]) == (77, "octo")
