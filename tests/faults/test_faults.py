@@ -167,8 +167,13 @@ def test_a_worker_killed_with_sigkill_mid_job_the_lease_expires_and_the_job_is_r
 
     plan = flow.wait_state(PlanState.IN_REVIEW, PlanState.FAILED, timeout=60)
     assert plan.state == PlanState.IN_REVIEW, plan.last_error
-    # The database: the same job, run a second time by the new worker, closed.
-    resumed = execute_job(flow)
+    # The database: the same job, run a second time by the new worker, closed. The job is
+    # closed just after the plan moves on, so its row may still say running for a moment.
+    resumed = wait_for(
+        lambda: (job := execute_job(flow)).state != JobState.RUNNING and job,
+        timeout=30,
+        what="the resumed job to be closed",
+    )
     assert (resumed.id, resumed.state, resumed.attempts) == (running.id, JobState.DONE, 2)
     assert resumed.lease_owner == f"{socket.gethostname()}:{rescuer.process.pid}"
     assert resumed.lease_expires_at is None
