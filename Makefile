@@ -26,7 +26,7 @@ sandbox-tools:
 run: $(VENV)/installed sandbox-tools
 	$(VENV)/bin/gaffer run
 
-demo: $(VENV)/installed $(SPEC)
+demo: $(VENV)/installed $(SPEC) sandbox-tools
 	$(VENV)/bin/gaffer demo
 
 lint: $(VENV)/installed

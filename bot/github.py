@@ -143,8 +143,8 @@ class GitHubApp:
             self._writes,
             bot_login=self.bot_login,
             lookups=self.lookups,
+            unsandboxed=self.settings.unsandboxed,
         )
-        client.unsandboxed = self.settings.unsandboxed
         return client
 
     def hook_deliveries(
@@ -434,6 +434,7 @@ class RepoClient(PullsMixin):
         *,
         bot_login: Callable[[], str],
         lookups: LookupCache | None = None,
+        unsandboxed: bool = False,
     ) -> None:
         self.gh = gh
         self.full_name = full_name
@@ -443,7 +444,7 @@ class RepoClient(PullsMixin):
         self.bot_login = bot_login
         self.lookups = lookups if lookups is not None else LookupCache()
         # The server runs agents without isolation (`sandbox: none`): the status says so.
-        self.unsandboxed = False
+        self.unsandboxed = unsandboxed
         self._repo: Any = None
 
     @property

@@ -144,7 +144,6 @@ class Launch:
     env: dict[str, str]
     setup: Callable[[], None]
     group: RunGroup | None = None
-    proxy: EgressProxy | None = None
     # The CPU time the whole tree may use, watched by the runner (None: not watched here).
     cpu_limit_s: float | None = None
 
@@ -255,7 +254,7 @@ class Sandbox:
         ]
         setup = _child_setup(self.config, group, as_root)
         cpu = self.config.cpu_s if group is not None else None
-        return Launch(wrapped, env, setup, group, proxy, cpu)
+        return Launch(wrapped, env, setup, group, cpu)
 
 
 def _database_file(url: str) -> list[Path]:

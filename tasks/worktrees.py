@@ -268,9 +268,9 @@ def admin_dir(worktree: Path) -> Path:
     The folder follows from the pool's layout (home/worktrees/<owner>/<name>/wt-*), and git
     wrote a pointer back to the worktree into it, which the sandbox cannot change.
     """
-    home, owner, name = worktree.parents[3], worktree.parents[1].name, worktree.parent.name
-    if worktree.parents[2].name != "worktrees":
+    if not _in_pool(worktree):
         raise WorktreeError(f"{worktree} is not a worktree of gaffer's pools")
+    home, owner, name = worktree.parents[3], worktree.parents[1].name, worktree.parent.name
     gitdir = mirror_path(home, f"{owner}/{name}") / "worktrees" / worktree.name
     try:
         back = Path((gitdir / "gitdir").read_text().strip())
@@ -298,11 +298,19 @@ def repair_gitfile(worktree: Path) -> None:
         gitfile.write_text(wanted)
 
 
+def _in_pool(path: Path) -> bool:
+    """Tell a pool worktree (home/worktrees/<owner>/<name>/wt-*) by its place, not its files."""
+    return len(path.parents) > 3 and path.parents[2].name == "worktrees"
+
+
 def _git_in(cwd: Path, args: list[str], **options: Any) -> str:
-    """Run git in a mirror, or in a pool worktree through its git folder."""
-    if (cwd / "HEAD").is_file() and not (cwd / ".git").exists():
-        return git(args, cwd=cwd, **options)
-    return worktree_git(cwd, args, **options)
+    """Run git in a mirror, or in a pool worktree through its git folder.
+
+    Which one is told by the path: what a worktree holds is the agent's to change.
+    """
+    if _in_pool(cwd):
+        return worktree_git(cwd, args, **options)
+    return git(args, cwd=cwd, **options)
 
 
 def _has_git_folder(worktree: Path) -> bool:
