@@ -607,13 +607,10 @@ class RepoClient(PullsMixin):
                 "POST", f"{issue.url}/labels", input={"labels": [wanted]}
             )
 
-    def issue_thread(self, number: int) -> tuple[Any, list[tuple[str, str]]]:
-        """Return the issue and its people's comments as (author, body), gaffer's left out."""
+    def issue_thread(self, number: int) -> tuple[Any, list[Any]]:
+        """Return the issue and its people's comments, gaffer's left out."""
         issue = self.issue(number)
-        comments = [
-            (c.user.login, c.body or "") for c in issue.get_comments() if not self._is_ours(c)
-        ]
-        return issue, comments
+        return issue, [c for c in issue.get_comments() if not self._is_ours(c)]
 
     def default_branch_sha(self) -> str:
         """Return the commit the default branch points at now."""

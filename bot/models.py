@@ -5,8 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from decimal import Decimal
 from enum import StrEnum
+from typing import Any
 
 from sqlalchemy import (
+    JSON,
     BigInteger,
     DateTime,
     Enum,
@@ -165,8 +167,25 @@ class PlanRevision(Base):
     feedback: Mapped[str | None] = mapped_column(Text)
     author: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # The issue as the revision was written from it (bot/snapshots.py): what the agent
+    # reads when this revision is approved, and nothing that came later.
+    source: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
     plan: Mapped[Plan] = relationship(back_populates="revisions")
+
+
+class IssueChange(Base):
+    """An edit or comment on a plan's issue that came after its revision was written."""
+
+    __tablename__ = "issue_changes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    plan_id: Mapped[int] = mapped_column(ForeignKey("plans.id", ondelete="CASCADE"), index=True)
+    what: Mapped[str] = mapped_column(String(40))
+    actor: Mapped[str] = mapped_column(String(200))
+    # The comment's id for a comment change, 0 for the issue's title or body.
+    ref: Mapped[int] = mapped_column(BigInteger, default=0)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class Job(Base):

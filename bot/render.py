@@ -67,9 +67,14 @@ def status_comment(
     verification: Verification | None = None,
     spend: Spend | None = None,
     *,
+    changes: Sequence[str] = (),
     unsandboxed: bool = False,
 ) -> str:
-    """Render gaffer's one status comment for the plan."""
+    """Render gaffer's one status comment for the plan.
+
+    changes: what happened on the issue since the current revision was written, said
+    once per kind and person (bot/snapshots.py).
+    """
     revision = f" · revision r{plan.current_revision}" if plan.current_revision else ""
     parts = [
         STATUS_MARKER,
@@ -82,6 +87,8 @@ def status_comment(
         parts.append(f"#### Plan r{plan.current_revision}\n\n{plan_text.strip()}")
     if plan.approved_revision:
         parts.append(f"Approved: revision r{plan.approved_revision}.")
+    if changes and plan.state in _READS_SNAPSHOT:
+        parts.append(changed_since(plan.current_revision, changes))
     if verification is not None and plan.head_sha:
         parts.append(_verification(plan, verification))
     parts.append(cost_line(plan, spend))
@@ -94,6 +101,28 @@ def status_comment(
         "editing this comment changes nothing.</sub>"
     )
     return "\n\n".join(parts)
+
+
+# States in which the plan's current revision, not the issue as it is now, is what counts.
+_READS_SNAPSHOT = frozenset(
+    {
+        PlanState.DRAFT,
+        PlanState.APPROVED,
+        PlanState.EXECUTING,
+        PlanState.VERIFYING,
+        PlanState.IN_REVIEW,
+        PlanState.ICEBOX,
+        PlanState.FAILED,
+    }
+)
+
+
+def changed_since(revision: int, changes: Sequence[str]) -> str:
+    """Say that the issue changed after revision rN and that agents do not see it."""
+    return (
+        f"**Changed since r{revision}:** {'; '.join(changes)}. Agents work from the issue as "
+        f"r{revision} read it; only a writer's `/revise <feedback>` brings new words in."
+    )
 
 
 UNSANDBOXED = (

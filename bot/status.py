@@ -12,6 +12,7 @@ from bot.db import Database, rows_changed
 from bot.github import RepoClient
 from bot.models import CheckResult, Plan, PlanRevision, PlanState, utcnow
 from bot.render import Verification, status_comment
+from bot.snapshots import changes_since, describe_changes
 
 # A publisher that died while posting the first comment gives its claim up after this.
 CLAIM_FOR = timedelta(seconds=60)
@@ -63,7 +64,10 @@ def _render(db: Database, client: RepoClient, plan_id: int) -> _Shown:
         ).all()
         spend = plan_spend(session, plan_id)
         verification = _verification(client, plan, list(checks))
-        body = status_comment(plan, text, verification, spend, unsandboxed=client.unsandboxed)
+        changes = describe_changes(changes_since(session, plan))
+        body = status_comment(
+            plan, text, verification, spend, changes=changes, unsandboxed=client.unsandboxed
+        )
         return _Shown(body, plan.state, plan.issue_number, plan.status_comment_id)
 
 

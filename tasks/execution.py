@@ -11,6 +11,7 @@ from bot.github import RepoClient
 from bot.models import Job, JobState, Plan, PlanRevision, PlanState
 from bot.plans import advance
 from bot.repo_config import RepoConfig, fetch_repo_config
+from bot.snapshots import Snapshot, revision_snapshot
 from bot.states import Event
 from bot.status import publish_status
 from tasks.agents import AgentResult
@@ -18,7 +19,7 @@ from tasks.context import WorkerContext
 from tasks.costs import park
 from tasks.leases import finish
 from tasks.planning import job_dir
-from tasks.prompts import IssueText, execute_prompt, fix_prompt
+from tasks.prompts import execute_prompt, fix_prompt
 from tasks.stage_agent import Held, OverBudget, run_stage_agent
 from tasks.verification import verify
 from tasks.worktrees import (
@@ -47,7 +48,7 @@ class Workspace:
     plan: Plan
     client: RepoClient
     config: RepoConfig
-    issue: IssueText
+    issue: Snapshot  # as the approved revision read it
     plan_text: str
     worktree: Path
     mirror: Path
@@ -127,16 +128,16 @@ def _prepare(
     start = _pushed_head(mirror, branch) or plan.base_sha or ""
     create_branch(worktree, branch, start)
     _save(wctx, plan.id, branch=branch)
-    issue, comments = client.issue_thread(plan.issue_number)
     plan.branch = branch
+    snapshot, plan_text = _approved(wctx, plan)
     return Workspace(
         wctx,
         job,
         plan,
         client,
         config,
-        IssueText(plan.issue_number, issue.title or "", issue.body or "", comments),
-        _approved_text(wctx, plan),
+        snapshot,
+        plan_text,
         worktree,
         mirror,
         client.repo.default_branch,
@@ -150,14 +151,19 @@ def _pushed_head(mirror: Path, branch: str) -> str | None:
         return None
 
 
-def _approved_text(wctx: WorkerContext, plan: Plan) -> str:
+def _approved(wctx: WorkerContext, plan: Plan) -> tuple[Snapshot, str]:
+    """Return what the approved revision was written from, and its plan: all the agent reads.
+
+    Nothing said on the issue after that revision reaches the agent; `/revise` and a new
+    `/approve` bring it in.
+    """
     with wctx.db.session() as session:
         revision = (
             session.query(PlanRevision)
             .filter_by(plan_id=plan.id, number=plan.approved_revision)
             .one()
         )
-        return revision.body
+        return revision_snapshot(session, plan, revision.number), revision.body
 
 
 def _work_and_verify(space: Workspace) -> None:

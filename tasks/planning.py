@@ -9,12 +9,13 @@ from bot.models import Job, JobState, Plan, PlanRevision, PlanState
 from bot.plans import advance
 from bot.render import config_error
 from bot.repo_config import RepoConfig, RepoConfigError, fetch_repo_config
+from bot.snapshots import Snapshot, take_snapshot
 from bot.states import Event
 from bot.status import publish_status
 from tasks.context import WorkerContext
 from tasks.costs import park
 from tasks.leases import finish
-from tasks.prompts import IssueText, plan_prompt
+from tasks.prompts import plan_prompt
 from tasks.stage_agent import Held, OverBudget, run_stage_agent
 from tasks.worktrees import ensure_mirror, readonly_worktree, resolve_ref
 
@@ -29,6 +30,7 @@ def run_planning(wctx: WorkerContext, job: Job) -> None:
         return
     client = wctx.client(plan.installation_id, plan.repository.full_name)
     starting = job.stage == "plan" and plan.current_revision == 0
+    snapshot: Snapshot | None = None
     try:
         gone = _request_gone(wctx, client, plan) if starting else None
         if gone:
@@ -37,11 +39,9 @@ def run_planning(wctx: WorkerContext, job: Job) -> None:
         if starting:  # the plan shows on the issue once GitHub says it was asked for
             publish_status(wctx.db, client, plan.id)
         config = fetch_repo_config(client, wctx.setting("defaults", None))
-        issue, comments = client.issue_thread(plan.issue_number)
+        snapshot = take_snapshot(client, plan.issue_number, config)
         prompt = plan_prompt(
-            IssueText(plan.issue_number, issue.title or "", issue.body or "", comments),
-            previous=previous if job.feedback else None,
-            feedback=job.feedback,
+            snapshot, previous=previous if job.feedback else None, feedback=job.feedback
         )
         text, error = _draft(wctx, plan, job, config, client, prompt)
     except Held as held:
@@ -54,7 +54,7 @@ def run_planning(wctx: WorkerContext, job: Job) -> None:
         text, error = "", config_error(str(bad))
     except Exception as fault:  # noqa: BLE001 - any fault fails the plan by policy, said on the issue
         text, error = "", f"{type(fault).__name__}: {fault}"
-    _record(wctx, plan, job, text, error)
+    _record(wctx, plan, job, text, error, snapshot)
     publish_status(wctx.db, client, plan.id)
 
 
@@ -105,15 +105,29 @@ def _draft(
     return result.text.strip(), result.error
 
 
-def _record(wctx: WorkerContext, plan: Plan, job: Job, text: str, error: str | None) -> None:
+def _record(
+    wctx: WorkerContext,
+    plan: Plan,
+    job: Job,
+    text: str,
+    error: str | None,
+    snapshot: Snapshot | None,
+) -> None:
     with wctx.db.session() as session:
         plan = session.get_one(Plan, plan.id, populate_existing=True)
         if error is None:
             number = plan.current_revision + 1
             # Only a plan still in `planning` takes the revision: a cancelled one keeps nothing.
             if advance(session, plan, Event.PLAN_POSTED, actor="gaffer", current_revision=number):
+                assert snapshot is not None  # a plan was written, so from a snapshot
                 session.add(
-                    PlanRevision(plan_id=plan.id, number=number, body=text, feedback=job.feedback)
+                    PlanRevision(
+                        plan_id=plan.id,
+                        number=number,
+                        body=text,
+                        feedback=job.feedback,
+                        source=snapshot.to_json(),
+                    )
                 )
         else:
             advance(

@@ -11,21 +11,30 @@ from bot.context import Context
 from bot.handlers import plan_commands
 from bot.models import CommandReceipt
 from bot.permissions import COULD_NOT_VERIFY, PermissionUnknown, may_approve
+from bot.plans import active_plan
 from bot.render import config_error
 from bot.repo_config import RepoConfigError, fetch_recent_repo_config
 from bot.router import Router
+from bot.snapshots import (
+    COMMENT_DELETED,
+    COMMENT_EDITED,
+    COMMENTED,
+    note_change,
+    revision_snapshot,
+)
 
 router = Router()
 
 
 @router.register("issue_comment", "created")
 def comment_created(ctx: Context, payload: dict[str, Any]) -> None:
-    """Act on a command in a new comment; edits and deletions never reach here."""
+    """Act on a command in a new comment; note any other comment on the status comment."""
     comment, issue = payload["comment"], payload["issue"]
     if _from_a_bot(ctx, comment) or issue.get("pull_request"):
         return
     parsed = parse_comment(comment.get("body") or "")
     if parsed is None:
+        _note(ctx, payload, COMMENTED)
         return
     request = plan_commands.Request.from_payload(ctx, payload)
     request.receipt = _first_sighting(ctx, payload, parsed)
@@ -35,6 +44,32 @@ def comment_created(ctx: Context, payload: dict[str, Any]) -> None:
         request.refuse(parsed.raw, parsed.reason)
         return
     _authorised_run(request, parsed)
+
+
+@router.register("issue_comment", "edited")
+@router.register("issue_comment", "deleted")
+def comment_changed(ctx: Context, payload: dict[str, Any]) -> None:
+    """Note an edited or deleted comment that the plan's revision read; never run it."""
+    if _from_a_bot(ctx, payload["comment"]) or payload["issue"].get("pull_request"):
+        return
+    _note(ctx, payload, COMMENT_EDITED if payload["action"] == "edited" else COMMENT_DELETED)
+
+
+def _note(ctx: Context, payload: dict[str, Any], what: str) -> None:
+    """Record a comment that came after the plan's revision, and show it on the status."""
+    repo, comment = payload["repository"], payload["comment"]
+    plan = active_plan(ctx.session, repo["id"], payload["issue"]["number"])
+    if plan is None or plan.current_revision < 1:
+        return
+    if what != COMMENTED:
+        snapshot = revision_snapshot(ctx.session, plan, plan.current_revision)
+        if comment["id"] not in snapshot.comment_ids():
+            return  # a comment the revision never read: its edits change nothing
+    # Who wrote a new comment; who edited or deleted an old one.
+    actor = comment["user"] if what == COMMENTED else payload.get("sender") or comment["user"]
+    at = comment.get("updated_at") if what != COMMENT_DELETED else None
+    if note_change(ctx.session, plan, what, actor["login"], at, ref=comment["id"]):
+        ctx.publish_status(plan.installation_id, repo["full_name"], plan.id)
 
 
 def _authorised_run(request: plan_commands.Request, command: Command) -> None:

@@ -13,6 +13,7 @@ from bot.queue import CLEANUP, RUN_JOB
 from bot.render import config_error
 from bot.repo_config import RepoConfigError, fetch_repo_config, load_repo_config
 from bot.router import Router
+from bot.snapshots import BODY_EDITED, TITLE_EDITED, note_change
 from bot.states import Event
 
 router = Router()
@@ -76,6 +77,23 @@ def issue_gone(ctx: Context, payload: dict[str, Any]) -> None:
         stop_plan_work(ctx, plan)
         if payload["action"] in ("closed", "locked"):  # the issue is still there to show it
             ctx.publish_status(plan.installation_id, repo["full_name"], plan.id)
+
+
+@router.register("issues", "edited")
+def issue_edited(ctx: Context, payload: dict[str, Any]) -> None:
+    """Note an edited title or body on the status comment; the running work does not see it."""
+    repo, issue = payload["repository"], payload["issue"]
+    plan = active_plan(ctx.session, repo["id"], issue["number"])
+    if plan is None:
+        return
+    changed = payload.get("changes") or {}
+    noted = [
+        note_change(ctx.session, plan, what, _login(payload), issue.get("updated_at"))
+        for key, what in (("title", TITLE_EDITED), ("body", BODY_EDITED))
+        if key in changed
+    ]
+    if any(noted):
+        ctx.publish_status(plan.installation_id, repo["full_name"], plan.id)
 
 
 def stop_plan_work(ctx: Context, plan: Plan) -> None:
