@@ -175,12 +175,13 @@ class PlanRevision(Base):
 
 
 class IssueChange(Base):
-    """An edit or comment on a plan's issue that came after its revision was written."""
+    """An edit or comment on a plan's issue that its current revision did not read."""
 
     __tablename__ = "issue_changes"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     plan_id: Mapped[int] = mapped_column(ForeignKey("plans.id", ondelete="CASCADE"), index=True)
+    revision: Mapped[int] = mapped_column(Integer)  # the plan's current revision then
     what: Mapped[str] = mapped_column(String(40))
     actor: Mapped[str] = mapped_column(String(200))
     # The comment's id for a comment change, 0 for the issue's title or body.

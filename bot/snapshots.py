@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from bot.commands import Command, parse_comment
 from bot.github import PermissionUnknown, RepoClient
-from bot.models import IssueChange, Plan, PlanRevision, aware, github_time, utcnow
+from bot.models import IssueChange, Plan, PlanRevision, aware, utcnow
 from bot.permissions import may_approve
 from bot.repo_config import RepoConfig
 
@@ -73,9 +73,6 @@ class Snapshot:
         """Stand in for a revision written before snapshots were kept: the title alone."""
         note = "(The issue's text was not recorded with this revision; follow the plan.)"
         return cls(number, title, Writing("", note, True, ""))
-
-    def comment_ids(self) -> set[int]:
-        return {each.id for each in self.comments}
 
 
 def take_snapshot(client: RepoClient, number: int, config: RepoConfig) -> Snapshot:
@@ -131,42 +128,45 @@ def revision_snapshot(session: Session, plan: Plan, number: int) -> Snapshot:
 
 
 def note_change(
-    session: Session, plan: Plan, what: str, actor: str, at: str | None, ref: int = 0
+    session: Session, plan: Plan, what: str, actor: str, *, ref: int = 0, text: str | None = None
 ) -> bool:
-    """Record that the issue changed after the plan's current revision was written.
+    """Record that the issue moved away from what the plan's current revision read.
 
-    Returns whether the status comment has something new to show: the change came after
-    the revision's snapshot and was not already noted since.
+    ref: the comment's id for a comment change. text: the title, body or comment as it
+    now reads, when the change is an edit. Returns whether the status comment has
+    something new to show; a change the revision already holds, or one noted before,
+    is not recorded again.
     """
     if plan.current_revision < 1:
         return False  # the revision being written reads the issue as it then is
     snapshot = revision_snapshot(session, plan, plan.current_revision)
-    moment = github_time(at) if at else utcnow()
-    if snapshot.taken_at and moment <= datetime.fromisoformat(snapshot.taken_at):
+    read = {each.id: each.body for each in snapshot.comments}
+    if what == COMMENTED:
+        new = ref not in read
+    elif what in (COMMENT_EDITED, COMMENT_DELETED):
+        new = ref in read and (what == COMMENT_DELETED or text != read[ref])
+    else:
+        new = text != (snapshot.title if what == TITLE_EDITED else snapshot.body.body)
+    key = (what, actor, ref)
+    if not new or key in {(c.what, c.actor, c.ref) for c in changes_since(session, plan)}:
         return False
-    if what == COMMENTED and ref in snapshot.comment_ids():
-        return False
-    if any(
-        (each.what, each.actor, each.ref) == (what, actor, ref)
-        for each in changes_since(session, plan)
-    ):
-        return False
-    session.add(IssueChange(plan_id=plan.id, what=what, actor=actor, ref=ref, at=moment))
+    session.add(
+        IssueChange(
+            plan_id=plan.id, revision=plan.current_revision, what=what, actor=actor, ref=ref
+        )
+    )
     return True
 
 
 def changes_since(session: Session, plan: Plan) -> list[IssueChange]:
-    """Return the changes noted after the plan's current revision was written, oldest first."""
-    if plan.current_revision < 1:
-        return []
-    snapshot = revision_snapshot(session, plan, plan.current_revision)
-    rows = session.scalars(
-        select(IssueChange).where(IssueChange.plan_id == plan.id).order_by(IssueChange.id)
-    ).all()
-    if not snapshot.taken_at:
-        return list(rows)
-    since = datetime.fromisoformat(snapshot.taken_at)
-    return [row for row in rows if aware(row.at) > since]
+    """Return the changes noted since the plan's current revision was written, oldest first."""
+    return list(
+        session.scalars(
+            select(IssueChange)
+            .where(IssueChange.plan_id == plan.id, IssueChange.revision == plan.current_revision)
+            .order_by(IssueChange.id)
+        )
+    )
 
 
 def describe_changes(changes: Iterable[IssueChange]) -> list[str]:

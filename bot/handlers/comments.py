@@ -15,13 +15,7 @@ from bot.plans import active_plan
 from bot.render import config_error
 from bot.repo_config import RepoConfigError, fetch_recent_repo_config
 from bot.router import Router
-from bot.snapshots import (
-    COMMENT_DELETED,
-    COMMENT_EDITED,
-    COMMENTED,
-    note_change,
-    revision_snapshot,
-)
+from bot.snapshots import COMMENT_DELETED, COMMENT_EDITED, COMMENTED, note_change
 
 router = Router()
 
@@ -56,19 +50,15 @@ def comment_changed(ctx: Context, payload: dict[str, Any]) -> None:
 
 
 def _note(ctx: Context, payload: dict[str, Any], what: str) -> None:
-    """Record a comment that came after the plan's revision, and show it on the status."""
+    """Show on the status comment a comment the plan's revision did not read as it is now."""
     repo, comment = payload["repository"], payload["comment"]
     plan = active_plan(ctx.session, repo["id"], payload["issue"]["number"])
-    if plan is None or plan.current_revision < 1:
+    if plan is None:
         return
-    if what != COMMENTED:
-        snapshot = revision_snapshot(ctx.session, plan, plan.current_revision)
-        if comment["id"] not in snapshot.comment_ids():
-            return  # a comment the revision never read: its edits change nothing
     # Who wrote a new comment; who edited or deleted an old one.
     actor = comment["user"] if what == COMMENTED else payload.get("sender") or comment["user"]
-    at = comment.get("updated_at") if what != COMMENT_DELETED else None
-    if note_change(ctx.session, plan, what, actor["login"], at, ref=comment["id"]):
+    text = comment.get("body") or ""
+    if note_change(ctx.session, plan, what, actor["login"], ref=comment["id"], text=text):
         ctx.publish_status(plan.installation_id, repo["full_name"], plan.id)
 
 

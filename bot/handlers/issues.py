@@ -88,7 +88,7 @@ def issue_edited(ctx: Context, payload: dict[str, Any]) -> None:
         return
     changed = payload.get("changes") or {}
     noted = [
-        note_change(ctx.session, plan, what, _login(payload), issue.get("updated_at"))
+        note_change(ctx.session, plan, what, _login(payload), text=issue.get(key) or "")
         for key, what in (("title", TITLE_EDITED), ("body", BODY_EDITED))
         if key in changed
     ]

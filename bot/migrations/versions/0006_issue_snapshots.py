@@ -21,6 +21,7 @@ def upgrade() -> None:
         sa.Column(
             "plan_id", sa.Integer(), sa.ForeignKey("plans.id", ondelete="CASCADE"), nullable=False
         ),
+        sa.Column("revision", sa.Integer(), nullable=False),
         sa.Column("what", sa.String(40), nullable=False),
         sa.Column("actor", sa.String(200), nullable=False),
         sa.Column("ref", sa.BigInteger(), nullable=False),
