@@ -1,11 +1,11 @@
-"""Signed deliveries per second through gunicorn with PostgreSQL and Redis, beside a bare endpoint.
+"""Signed deliveries per second through gaffer's web front on PostgreSQL and Redis.
 
     .venv/bin/python bench/intake.py [--requests 4000] [--clients 16]
 
-Both endpoints are served by the same gunicorn and hit by the same client, one after the
-other, so the ratio says what gaffer's intake costs over an endpoint that does nothing.
-Afterwards every delivery must be in the database exactly once.
-"""
+gaffer's receiver and a bare endpoint are served by the same front (the gunicorn shape
+`gaffer web` uses) and hit by the same client, one after the other, so the ratio says
+what gaffer's intake costs over an endpoint that does nothing. Afterwards every delivery
+must be in the database exactly once."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from sqlalchemy import create_engine, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bot.cli import gunicorn_argv  # noqa: E402
 from bot.double.webhooks import issue, labeled, repository, sign  # noqa: E402
 from bot.migrate import upgrade  # noqa: E402
 
@@ -36,12 +37,12 @@ REDIS = os.environ.get("GAFFER_BENCH_REDIS", "redis://127.0.0.1:6379/9")
 
 def main() -> None:
     args = _arguments()
-    database = _fresh_database()
-    server = _serve(database, args.workers)
+    database = fresh_database()
+    server = serve(database, args.workers)
     try:
         body = json.dumps(labeled(repository("acme/widgets", "/dev/null"), issue(1))).encode()
-        bare = _load("/bare", body, args)
-        gaffer = _load("/webhooks/github", body, args)
+        bare = load("/bare", body, args)
+        gaffer = load("/webhooks/github", body, args)
     finally:
         server.terminate()
         server.wait()
@@ -57,7 +58,7 @@ def _arguments() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def _fresh_database() -> str:
+def fresh_database() -> str:
     name = f"gaffer_bench_{uuid.uuid4().hex[:8]}"
     admin = create_engine(f"{PG}/test", isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
@@ -68,7 +69,7 @@ def _fresh_database() -> str:
     return url
 
 
-def _serve(database: str, workers: int) -> subprocess.Popen[bytes]:
+def serve(database: str, workers: int, argv: list[str] | None = None) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
         "WEBHOOK_SECRET": SECRET,
@@ -76,22 +77,14 @@ def _serve(database: str, workers: int) -> subprocess.Popen[bytes]:
         "BROKER_URL": REDIS,
         "GAFFER_HOME": "/tmp/gaffer-bench",
     }
-    argv = [
-        sys.executable,
-        "-m",
-        "gunicorn",
-        "--bind",
-        f"127.0.0.1:{PORT}",
-        "--workers",
-        str(workers),
-        "--log-level",
-        "warning",
-        "bench.intake_app:create_bench_app()",
-    ]
+    argv = argv or gunicorn_argv(
+        f"127.0.0.1:{PORT}", workers, "bench.intake_app:create_bench_asgi_app()"
+    )
+    argv = [*argv, "--log-level", "warning"]
     server = subprocess.Popen(argv, env=env, cwd=Path(__file__).resolve().parent.parent)
     for _ in range(100):
         try:
-            _post("/healthz", b"", {}, method="GET")
+            post("/healthz", b"", {}, method="GET")
             return server
         except OSError:
             time.sleep(0.1)
@@ -100,9 +93,11 @@ def _serve(database: str, workers: int) -> subprocess.Popen[bytes]:
     raise SystemExit("gunicorn did not start")
 
 
-def _post(path: str, body: bytes, headers: dict[str, str], method: str = "POST") -> float:
+def post(
+    path: str, body: bytes, headers: dict[str, str], method: str = "POST", timeout: float = 30
+) -> float:
     started = time.perf_counter()
-    conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=30)
+    conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=timeout)
     conn.request(method, path, body=body, headers=headers)
     response = conn.getresponse()
     response.read()
@@ -112,7 +107,7 @@ def _post(path: str, body: bytes, headers: dict[str, str], method: str = "POST")
     return time.perf_counter() - started
 
 
-def _headers(body: bytes) -> dict[str, str]:
+def signed_headers(body: bytes) -> dict[str, str]:
     return {
         "Content-Type": "application/json",
         "X-GitHub-Event": "issues",
@@ -122,11 +117,11 @@ def _headers(body: bytes) -> dict[str, str]:
     }
 
 
-def _load(path: str, body: bytes, args: argparse.Namespace) -> tuple[float, list[float]]:
-    headers = [_headers(body) for _ in range(args.requests)]
+def load(path: str, body: bytes, args: argparse.Namespace) -> tuple[float, list[float]]:
+    headers = [signed_headers(body) for _ in range(args.requests)]
     started = time.perf_counter()
     with ThreadPoolExecutor(args.clients) as pool:
-        latencies = list(pool.map(lambda h: _post(path, body, h), headers))
+        latencies = list(pool.map(lambda h: post(path, body, h), headers))
     return time.perf_counter() - started, latencies
 
 

@@ -1,10 +1,11 @@
-"""The WSGI app the intake bench serves: gaffer's receiver beside a bare endpoint."""
+"""The app the intake benches serve: gaffer's receiver beside a bare endpoint."""
 
 from __future__ import annotations
 
 from flask import Flask
 
 from bot.app import create_app
+from bot.asgi import WholeRequests, front
 
 
 def create_bench_app() -> Flask:
@@ -19,3 +20,8 @@ def create_bench_app() -> Flask:
         return "", 202
 
     return app
+
+
+def create_bench_asgi_app() -> WholeRequests:
+    """Return the bench app behind gaffer's whole-request front, as `gaffer web` serves it."""
+    return front(create_bench_app())

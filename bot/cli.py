@@ -127,18 +127,25 @@ def _supervise(children: list[subprocess.Popen[bytes]]) -> int:
 
 
 def _web_argv(settings: Settings) -> list[str]:
-    workers = os.environ.get("GAFFER_WEB_WORKERS", "2")
+    workers = int(os.environ.get("GAFFER_WEB_WORKERS", "2"))
+    return gunicorn_argv(f"0.0.0.0:{settings.port}", workers)
+
+
+def gunicorn_argv(bind: str, workers: int, app: str = "bot.asgi:create_asgi_app()") -> list[str]:
+    """Return the command that serves gaffer's web front: the one shape `web`, `run` and
+    the deploy files use (an event loop per worker reads whole requests, bot/asgi.py)."""
     return [
         sys.executable,
         "-m",
         "gunicorn",
         "--bind",
-        f"0.0.0.0:{settings.port}",
+        bind,
         "--workers",
-        workers,
-        "--threads",
-        "4",
-        "bot.app:create_app()",
+        str(workers),
+        "--worker-class",
+        "asgi",
+        "--no-control-socket",
+        app,
     ]
 
 

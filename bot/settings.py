@@ -39,6 +39,9 @@ class Settings:
     jam_token: str | None = None
     # How long a job stays a worker's without a heartbeat (one beat every third of it).
     lease_seconds: int = 60
+    # How long the web front waits for a request's whole body (bot/asgi.py). GitHub gives
+    # up on a delivery after 10 s, so a body slower than that is never one of GitHub's.
+    body_seconds: int = 10
 
     @property
     def embedded(self) -> bool:
@@ -69,7 +72,9 @@ class Settings:
             jam_webhook_secret=_jam_secret(env.get("JAM_WEBHOOK_SECRET", "").strip()),
             jam_token=env.get("JAM_TOKEN", "").strip() or None,
             broker_key_prefix=env.get("GAFFER_BROKER_PREFIX", ""),
-            lease_seconds=_lease_seconds(env.get("GAFFER_LEASE_SECONDS", "60")),
+            # A heartbeat every third of the lease; under 3 s the beats would crowd the database.
+            lease_seconds=_whole_number(env, "GAFFER_LEASE_SECONDS", 60, 3, 3600),
+            body_seconds=_whole_number(env, "GAFFER_BODY_SECONDS", 10, 1, 60),
         )
 
 
@@ -83,10 +88,10 @@ def _secrets(raw: str) -> tuple[str, ...]:
     return secrets
 
 
-def _lease_seconds(raw: str) -> int:
-    # A heartbeat every third of the lease; under 3 s the beats would crowd the database.
-    if not raw.strip().isdigit() or not 3 <= int(raw) <= 3600:
-        raise SettingsError("GAFFER_LEASE_SECONDS must be a whole number from 3 to 3600")
+def _whole_number(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    raw = env.get(name, str(default))
+    if not raw.strip().isdigit() or not low <= int(raw) <= high:
+        raise SettingsError(f"{name} must be a whole number from {low} to {high}")
     return int(raw)
 
 
