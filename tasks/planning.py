@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+
+from sqlalchemy import delete
 
 from bot.github import RepoClient
 from bot.models import Job, JobState, Plan, PlanRevision, PlanState
@@ -19,6 +22,8 @@ from tasks.prompts import plan_prompt
 from tasks.stage_agent import Held, OverBudget, run_stage_agent
 from tasks.worktrees import ensure_mirror, readonly_worktree, resolve_ref
 
+log = logging.getLogger(__name__)
+
 
 def run_planning(wctx: WorkerContext, job: Job) -> None:
     """Draft the plan's next revision and post it on the issue."""
@@ -34,7 +39,7 @@ def run_planning(wctx: WorkerContext, job: Job) -> None:
     try:
         gone = _request_gone(wctx, client, plan) if starting else None
         if gone:
-            _drop(wctx, plan, job, gone)
+            _drop(wctx, plan, gone)
             return
         if starting:  # the plan shows on the issue once GitHub says it was asked for
             publish_status(wctx.db, client, plan.id)
@@ -75,12 +80,18 @@ def _request_gone(wctx: WorkerContext, client: RepoClient, plan: Plan) -> str | 
     return None
 
 
-def _drop(wctx: WorkerContext, plan: Plan, job: Job, why: str) -> None:
-    """End a plan that GitHub no longer asks for, saying nothing on the issue."""
+def _drop(wctx: WorkerContext, plan: Plan, why: str) -> None:
+    """Forget a plan GitHub no longer asks for: it never showed on the issue, so it leaves
+    no row behind that `/status` or the next label would see (its jobs go with it)."""
+    log.info("plan %s for issue #%s not started: %s", plan.id, plan.issue_number, why)
     with wctx.db.session() as session:
-        plan = session.get_one(Plan, plan.id, populate_existing=True)
-        advance(session, plan, Event.ISSUE_CLOSED, actor="gaffer", reason=f"not started: {why}")
-    finish(wctx.db, job.id, wctx.worker_id, JobState.CANCELLED, why)
+        session.execute(
+            delete(Plan).where(
+                Plan.id == plan.id,
+                Plan.state == PlanState.PLANNING,
+                Plan.status_comment_id.is_(None),
+            )
+        )
 
 
 def job_dir(wctx: WorkerContext, job: Job) -> Path:

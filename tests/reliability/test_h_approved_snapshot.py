@@ -1,4 +1,4 @@
-"""G. The approved snapshot is the prompt: what comes after `/approve` does not steer the agent.
+"""H. The approved snapshot is the prompt: what comes after `/approve` does not steer the agent.
 
 Each attack is made after the maintainer approved revision r1 and before the agent ran:
 an outsider's comment, an edited issue body, an edited comment. What the agent reads is
