@@ -28,6 +28,7 @@ def make_celery(settings: Settings, *, web: bool = False) -> Celery:
     GitHub, and a delivery it could not send stays in the outbox for the reconciler.
     """
     celery = Celery("gaffer", broker=settings.broker_url, set_as_current=False)
+    every = settings.reconcile_every_s
     celery.conf.update(
         task_routes={name: {"queue": queue} for name, queue in QUEUE_OF.items()},
         task_default_queue="github",
@@ -38,7 +39,11 @@ def make_celery(settings: Settings, *, web: bool = False) -> Celery:
         beat_schedule={
             # A reconcile that waited past the next beat is dropped: the next one does its work,
             # so a worker back from an outage runs one pass, not one per minute it was away.
-            "reconcile": {"task": RECONCILE, "schedule": 60.0, "options": {"expires": 55.0}}
+            "reconcile": {
+                "task": RECONCILE,
+                "schedule": float(every),
+                "options": {"expires": every * 0.9},
+            }
         },
         worker_hijack_root_logger=False,
     )

@@ -53,6 +53,16 @@ class Settings:
         """Tell whether the operator chose to run agents and checks without the sandbox."""
         return self.server_config.get("sandbox") == "none"
 
+    @property
+    def reconcile_every_s(self) -> float:
+        """How often the scheduler runs the reconciler (`reconcile_every_s`, 60 by default)."""
+        every = self.server_config.get("reconcile_every_s", 60)
+        if isinstance(every, bool) or not isinstance(every, int | float) or every < 1:
+            raise SettingsError(
+                "reconcile_every_s in GAFFER_CONFIG must be a number of seconds ≥ 1"
+            )
+        return float(every)
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Build settings from an environment mapping (os.environ by default)."""

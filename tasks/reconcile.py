@@ -98,8 +98,14 @@ def reconcile(wctx: WorkerContext) -> None:
 # --------------------------------------------------------------------------- the outbox
 
 
-def resend_outbox(wctx: WorkerContext, stale: timedelta = STALE) -> int:
-    """Enqueue deliveries that were stored but never processed; return how many."""
+def resend_outbox(wctx: WorkerContext, stale: timedelta | None = None) -> int:
+    """Enqueue deliveries that were stored but never processed; return how many.
+
+    One sent but not processed within stale (`delivery_stale_s`, STALE by default) is
+    sent again: a broker that died holding it lost it.
+    """
+    if stale is None:
+        stale = timedelta(seconds=wctx.setting("delivery_stale_s", STALE.total_seconds()))
     cutoff = utcnow() - stale
     with wctx.db.session() as session:
         ids = session.scalars(

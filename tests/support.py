@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+import requests
 from sqlalchemy import create_engine, text
 
 from bot.double import webhooks
@@ -119,3 +121,50 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
+
+
+@dataclass
+class WebProcess:
+    """`gaffer web` in a child process: the front a deployer runs, on a free loopback port."""
+
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    port: int
+
+    @classmethod
+    def start(cls, env: dict[str, str], log_path: Path) -> WebProcess:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "bot.cli", "web"],
+                env={**env, "GAFFER_PORT": str(port)},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        web = cls(process, log_path, port)
+        wait_for(web.ready, timeout=30, what=f"gaffer web to answer (log: {log_path})")
+        return web
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def ready(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"gaffer web exited:\n{self.log_path.read_text()[-3000:]}")
+        try:
+            return requests.get(f"{self.url}/healthz", timeout=2).ok
+        except requests.ConnectionError:
+            return False
+
+    def post(self, path: str, *, data: bytes, headers: dict[str, str]) -> requests.Response:
+        """POST as GitHub does, so IssueFlow can deliver to this process over HTTP."""
+        return requests.post(self.url + path, data=data, headers=headers, timeout=10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.wait(timeout=30)

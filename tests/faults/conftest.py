@@ -112,6 +112,13 @@ class RedisServer:
             self.process.wait(timeout=10)
         self.process = None
 
+    def kill(self) -> None:
+        """SIGKILL the server: what it held in memory (queued tasks) is gone."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        self.process = None
+
     def _answers(self) -> bool:
         try:
             return bool(redis.Redis(port=self.port, socket_timeout=0.5).ping())

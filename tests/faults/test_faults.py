@@ -45,8 +45,8 @@ from tasks.reconcile import reconcile, resend_outbox
 from tasks.worktrees import WorktreePool, ensure_mirror, mirror_path
 from tests.conftest import INSTALLATION_ID, REPO
 from tests.detached import cleaned_up, gone, killed_planner
-from tests.faults.conftest import CONFIG, BrokerOutage, BuildContext, StartWorker
-from tests.support import wait_for
+from tests.faults.conftest import CONFIG, BrokerOutage, BuildContext, StartWorker, private_redis
+from tests.support import WEBHOOK_SECRET, WebProcess, deliver, labeled, wait_for
 
 GOOD = "- write: {path: widgets.py, content: \"VALUE = 'good'\\n\"}\n"
 
@@ -258,6 +258,68 @@ def test_broker_down_when_a_webhook_arrives_stored_then_processed_once_when_it_r
     # installation row) and be retried; what counts is that each was processed, once.
     assert all(row.processed_at is not None for row in rows)
     assert plan_count == len(issues)
+
+
+@pytest.mark.parametrize("backend", ["services"], indirect=True)  # a Redis to kill
+def test_redis_killed_mid_burst_every_delivery_is_planned_once(
+    flow: IssueFlow,
+    app,
+    settings,
+    server_config: Path,
+    start_worker: StartWorker,
+    tmp_path: Path,
+) -> None:
+    """From outside: `gaffer web` and two workers on PostgreSQL and a Redis SIGKILLed mid-burst.
+
+    Ten issues are labeled over HTTP; Redis dies (losing what it queued) after the fifth
+    and comes back after the tenth. Every delivery is answered, and every issue ends with
+    one draft plan and one status comment.
+    """
+    server_config.write_text(
+        server_config.read_text() + "reconcile_every_s: 2\ndelivery_stale_s: 4\n"
+    )
+    with private_redis(tmp_path / "redis") as redis_server:
+        env = {
+            **os.environ,
+            "WEBHOOK_SECRET": WEBHOOK_SECRET,
+            "GAFFER_HOME": str(settings.home),
+            "DATABASE_URL": settings.database_url,
+            "BROKER_URL": redis_server.url,
+            "GAFFER_BROKER_PREFIX": settings.broker_key_prefix,
+            "GAFFER_CONFIG": str(server_config),
+        }
+        web = WebProcess.start(env, tmp_path / "web.log")
+        try:
+            start_worker("github", broker_url=redis_server.url, concurrency=3, beat=True)
+            start_worker("agent", broker_url=redis_server.url)
+            issues = [dataclasses.replace(flow, number=n).open() for n in range(1, 11)]
+            answers = []
+            for issue_flow in issues:
+                if issue_flow.number == 6:
+                    redis_server.kill()
+                flow.github.add_label(REPO, issue_flow.number, "gaffer")
+                payload = labeled(
+                    issue_flow.repo, issue_flow.issue, installation_id=INSTALLATION_ID
+                )
+                answers.append(deliver(web, "issues", payload, secret=WEBHOOK_SECRET).status_code)
+            redis_server.start()
+            assert answers == [202] * 10
+
+            def all_drafted() -> bool:
+                with app.extensions["gaffer_db"].session() as session:
+                    states = session.scalars(select(Plan.state)).all()
+                return len(states) == 10 and set(states) == {PlanState.DRAFT}
+
+            wait_for(all_drafted, timeout=120, what="a draft plan on all ten issues")
+            wait_for(
+                lambda: all(i.state_labels() == ["gaffer: draft"] for i in issues),
+                what="every issue's state label",
+            )
+        finally:
+            web.stop()
+    assert [len(status_comments(i)) for i in issues] == [1] * 10
+    with app.extensions["gaffer_db"].session() as session:
+        assert all(d.processed_at is not None for d in session.scalars(select(Delivery)))
 
 
 # --------------------------------------------------------------------------- GitHub faults

@@ -11,8 +11,6 @@ import contextlib
 import json
 import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -23,25 +21,18 @@ import pytest
 import requests
 from sqlalchemy import func, select
 
-from bot.double.driver import wait_for
 from bot.double.webhooks import issue, labeled, repository, sign
 from bot.models import Delivery
 from bot.settings import Settings
 from tests.conftest import WEBHOOK_SECRET
+from tests.support import WebProcess
 
 HEADERS = b"POST /webhooks/github HTTP/1.1\r\nHost: gaffer\r\nContent-Type: application/json\r\n"
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture
 def web(app, settings: Settings, tmp_path: Path) -> Iterator[int]:
-    """Serve gaffer's web front with `gaffer web`; yield its port."""
-    port = free_port()
+    """Serve gaffer's web front with `gaffer web` on this test's backend; yield its port."""
     env = {
         **os.environ,
         "WEBHOOK_SECRET": WEBHOOK_SECRET,
@@ -49,33 +40,13 @@ def web(app, settings: Settings, tmp_path: Path) -> Iterator[int]:
         "DATABASE_URL": settings.database_url,
         "BROKER_URL": settings.broker_url,
         "GAFFER_BROKER_PREFIX": settings.broker_key_prefix,
-        "GAFFER_PORT": str(port),
         "GAFFER_BODY_SECONDS": "3",
     }
-    log_path = tmp_path / "web.log"
-    with log_path.open("wb") as log:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "bot.cli", "web"],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    server = WebProcess.start(env, tmp_path / "web.log")
     try:
-        wait_for(lambda: _answers(port, server, log_path), timeout=30, what="gaffer web")
-        yield port
+        yield server.port
     finally:
-        server.terminate()
-        server.wait(timeout=30)
-
-
-def _answers(port: int, server: subprocess.Popen[bytes], log: Path) -> bool:
-    if server.poll() is not None:
-        raise AssertionError(f"gaffer web exited:\n{log.read_text()[-3000:]}")
-    try:
-        return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=2).ok
-    except requests.ConnectionError:
-        return False
+        server.stop()
 
 
 class Tricklers:
