@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from flask import Flask, Response, current_app, jsonify
@@ -13,6 +13,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from bot.db import Database
 from bot.heartbeats import RECONCILER, SCHEDULER, last_heartbeats
 from bot.masking import SecretMask, mask_logs
+from bot.models import utcnow
 from bot.queue import make_celery
 from bot.settings import Settings
 
@@ -38,22 +39,56 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> Flask:
 
         receiver.init_app(app, settings.jam_webhook_secret)
     app.add_url_rule("/healthz", "healthz", _healthz)
+    app.add_url_rule("/readyz", "readyz", _readyz)
     return app
 
 
 def _healthz() -> tuple[Response, int]:
-    """Say whether the receiver can store deliveries, and when beat and the reconciler ran."""
-    try:
-        beats = last_heartbeats(current_app.extensions["gaffer_db"])
-    except SQLAlchemyError:
+    """Say whether the receiver can store deliveries, and when beat and the reconciler ran.
+
+    200 while the database answers, whatever the scheduler does: the web part is alive.
+    `/readyz` is the stricter question.
+    """
+    beats = _heartbeats()
+    if beats is None:
         return jsonify(status="the database is unreachable"), 503
-    # Null until the first tick or pass: a worker with --beat has not run since the database
-    # was made, or its scheduler cannot run.
-    return jsonify(
-        status="ok",
-        scheduler_last_tick=_iso(beats.get(SCHEDULER)),
-        reconciler_last_pass=_iso(beats.get(RECONCILER)),
-    ), 200
+    return jsonify(status="ok", **_background(beats)), 200
+
+
+def _readyz() -> tuple[Response, int]:
+    """Say whether all of gaffer runs: the database answers and beat and the reconciler are on
+    time (each ran within three reconciler intervals, at least three minutes). 503 says why."""
+    beats = _heartbeats()
+    if beats is None:
+        return jsonify(status="the database is unreachable"), 503
+    background = _background(beats)
+    late = [name for name in (SCHEDULER, RECONCILER) if background[name] != "on time"]
+    if late:
+        return jsonify(status=f"not ready: {', '.join(late)} not on time", **background), 503
+    return jsonify(status="ok", **background), 200
+
+
+def _heartbeats() -> dict[str, datetime] | None:
+    try:
+        return last_heartbeats(current_app.extensions["gaffer_db"])
+    except SQLAlchemyError:
+        return None
+
+
+def _background(beats: dict[str, datetime]) -> dict[str, str | None]:
+    """When beat and the reconciler last ran, and whether that is on time, late or never."""
+    settings = current_app.config["GAFFER"]
+    allowed = timedelta(seconds=max(3 * settings.reconcile_every_s, 180))
+    now = utcnow()
+    shown: dict[str, str | None] = {
+        "scheduler_last_tick": _iso(beats.get(SCHEDULER)),
+        "reconciler_last_pass": _iso(beats.get(RECONCILER)),
+    }
+    for name in (SCHEDULER, RECONCILER):
+        last = beats.get(name)
+        # Never: no worker with --beat has run since the database was made, or it cannot run.
+        shown[name] = "never ran" if last is None else "late" if now - last > allowed else "on time"
+    return shown
 
 
 def _iso(moment: datetime | None) -> str | None:

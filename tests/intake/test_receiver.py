@@ -7,11 +7,12 @@ and test_b_exactly_once.py.
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
-from bot.models import Delivery, utcnow
+from bot.heartbeats import RECONCILER, SCHEDULER, record_heartbeat
+from bot.models import Delivery, Heartbeat, utcnow
 from tasks.reconcile import reconcile
 from tests.support import deliver, issue, labeled, repository
 
@@ -23,7 +24,32 @@ def test_health_check_before_any_scheduler_tick_or_reconciler_pass(client) -> No
         "status": "ok",
         "scheduler_last_tick": None,
         "reconciler_last_pass": None,
+        "scheduler": "never ran",
+        "reconciler": "never ran",
     }
+    ready = client.get("/readyz")
+    assert ready.status_code == 503
+    assert ready.get_json()["status"] == "not ready: scheduler, reconciler not on time"
+
+
+def test_ready_when_beat_and_the_reconciler_ran_lately_and_not_when_they_are_late(
+    app, client
+) -> None:
+    db = app.extensions["gaffer_db"]
+    record_heartbeat(db, SCHEDULER)
+    record_heartbeat(db, RECONCILER)
+    ready = client.get("/readyz")
+    assert (ready.status_code, ready.get_json()["status"]) == (200, "ok")
+    with db.session() as session:  # the scheduler's worker died four minutes ago
+        session.execute(
+            update(Heartbeat)
+            .where(Heartbeat.name == SCHEDULER)
+            .values(at=utcnow() - timedelta(minutes=4))
+        )
+    late = client.get("/readyz")
+    assert late.status_code == 503
+    assert late.get_json()["scheduler"] == "late"
+    assert client.get("/healthz").status_code == 200  # the web part itself is alive
 
 
 def test_health_check_shows_the_reconcilers_last_pass(client, wctx) -> None:
