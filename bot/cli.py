@@ -60,12 +60,15 @@ def _cost(settings: Settings, _args: argparse.Namespace) -> int:
 
 
 def _web(settings: Settings, _args: argparse.Namespace) -> int:
-    return subprocess.call(_web_argv(settings))
+    # gunicorn takes this process's place, so a supervisor's SIGTERM reaches it.
+    argv = _web_argv(settings)
+    os.execv(argv[0], argv)
 
 
 def _worker(_settings: Settings, args: argparse.Namespace) -> int:
     argv = [sys.executable, "-m", "tasks.worker", args.queues, "--concurrency", args.concurrency]
-    return subprocess.call(argv + (["--beat"] if args.beat else []))
+    argv += ["--beat"] if args.beat else []
+    os.execv(argv[0], argv)
 
 
 def _run(settings: Settings, args: argparse.Namespace) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -165,6 +166,9 @@ class WebProcess:
         return requests.post(self.url + path, data=data, headers=headers, timeout=10)
 
     def stop(self) -> None:
+        """SIGTERM `gaffer web` alone, as a supervisor does; whatever is left is then killed."""
         if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.terminate()
             self.process.wait(timeout=30)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)

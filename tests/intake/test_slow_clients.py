@@ -31,8 +31,8 @@ HEADERS = b"POST /webhooks/github HTTP/1.1\r\nHost: gaffer\r\nContent-Type: appl
 
 
 @pytest.fixture
-def web(app, settings: Settings, tmp_path: Path) -> Iterator[int]:
-    """Serve gaffer's web front with `gaffer web` on this test's backend; yield its port."""
+def web(app, settings: Settings, tmp_path: Path) -> Iterator[WebProcess]:
+    """Serve gaffer's web front with `gaffer web` on this test's backend."""
     env = {
         **os.environ,
         "WEBHOOK_SECRET": WEBHOOK_SECRET,
@@ -44,7 +44,7 @@ def web(app, settings: Settings, tmp_path: Path) -> Iterator[int]:
     }
     server = WebProcess.start(env, tmp_path / "web.log")
     try:
-        yield server.port
+        yield server
     finally:
         server.stop()
 
@@ -100,18 +100,20 @@ def stored(app) -> int:
         return int(session.scalar(select(func.count()).select_from(Delivery)) or 0)
 
 
-def test_signed_deliveries_are_answered_while_100_clients_trickle_bodies(app, web: int) -> None:
-    tricklers = Tricklers(web, 100)
+def test_signed_deliveries_are_answered_while_100_clients_trickle_bodies(
+    app, web: WebProcess
+) -> None:
+    tricklers = Tricklers(web.port, 100)
     try:
-        answers = [signed_delivery(web, number).status_code for number in range(1, 11)]
+        answers = [signed_delivery(web.port, number).status_code for number in range(1, 11)]
     finally:
         tricklers.close()
     assert answers == [202] * 10
     assert stored(app) == 10
 
 
-def test_a_body_that_trickles_past_the_deadline_is_cut_off_with_408(web: int) -> None:
-    tricklers = Tricklers(web, 1)
+def test_a_body_that_trickles_past_the_deadline_is_cut_off_with_408(web: WebProcess) -> None:
+    tricklers = Tricklers(web.port, 1)
     [connection] = tricklers.sockets
     connection.settimeout(20)  # a hang guard; the front's deadline here is 3 s
     try:
@@ -122,16 +124,23 @@ def test_a_body_that_trickles_past_the_deadline_is_cut_off_with_408(web: int) ->
     assert b"not received within 3 s" in answer
 
 
-def test_a_declared_body_over_the_limit_is_refused_before_it_is_read(web: int) -> None:
-    with socket.create_connection(("127.0.0.1", web), timeout=10) as connection:
+def test_a_declared_body_over_the_limit_is_refused_before_it_is_read(web: WebProcess) -> None:
+    with socket.create_connection(("127.0.0.1", web.port), timeout=10) as connection:
         connection.sendall(HEADERS + f"Content-Length: {26 * 1024 * 1024}\r\n\r\n".encode())
         answer = read_until_closed(connection)
     assert answer.startswith(b"HTTP/1.1 413"), answer
 
 
-def test_a_client_that_goes_away_mid_body_leaves_nothing(app, web: int) -> None:
-    with socket.create_connection(("127.0.0.1", web), timeout=10) as connection:
+def test_a_client_that_goes_away_mid_body_leaves_nothing(app, web: WebProcess) -> None:
+    with socket.create_connection(("127.0.0.1", web.port), timeout=10) as connection:
         connection.sendall(HEADERS + b"Content-Length: 1000\r\n\r\n{")
     time.sleep(0.2)  # let the front see the close before the next request
-    assert signed_delivery(web, 1).status_code == 202
+    assert signed_delivery(web.port, 1).status_code == 202
     assert stored(app) == 1
+
+
+def test_sigterm_to_gaffer_web_stops_the_server_it_started(web: WebProcess) -> None:
+    web.process.terminate()  # what a supervisor or `docker stop` sends
+    assert web.process.wait(timeout=30) == 0
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", web.port), timeout=5).close()
