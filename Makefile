@@ -2,6 +2,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 SPEC := tests/contract/node_modules/@octokit/openapi/package.json
+AGENT_CLIS := tests/agents/node_modules/.package-lock.json
 
 .PHONY: run demo test lint install sandbox-tools
 
@@ -13,6 +14,11 @@ $(VENV)/installed: pyproject.toml
 
 $(SPEC): tests/contract/package.json tests/contract/package-lock.json
 	npm ci --prefix tests/contract --no-audit --no-fund --loglevel=error
+	touch $@
+
+# The real agent CLIs the contract tests run against a local model server, pinned.
+$(AGENT_CLIS): tests/agents/package.json tests/agents/package-lock.json
+	npm ci --prefix tests/agents --no-audit --no-fund --loglevel=error
 	touch $@
 
 install: $(VENV)/installed
@@ -33,5 +39,5 @@ lint: $(VENV)/installed
 	$(VENV)/bin/ruff check bot tasks tests bench
 	$(VENV)/bin/mypy
 
-test: $(VENV)/installed $(SPEC) sandbox-tools lint
+test: $(VENV)/installed $(SPEC) $(AGENT_CLIS) sandbox-tools lint
 	$(VENV)/bin/pytest

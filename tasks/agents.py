@@ -24,6 +24,7 @@ from tasks.strays import worktree_mark
 from tasks.usage import (
     LiveUsage,
     QuotaHit,
+    RetryVerdict,
     Usage,
     parse_aider,
     parse_claude_json,
@@ -36,8 +37,21 @@ READ_ONLY_STAGES = frozenset({"plan", "revise"})
 OUTPUTS = ("text", "claude-json", "codex-jsonl", "gemini-json", "aider", "opencode-jsonl")
 PLACEHOLDERS = frozenset({"prompt", "prompt_file", "model", "workdir", "stage", "python"})
 KEYS = frozenset(
-    {"command", "plan_command", "model_args", "output", "env", "description", "memory_mb", "egress"}
+    {
+        "command",
+        "plan_command",
+        "model_args",
+        "output",
+        "env",
+        "description",
+        "memory_mb",
+        "egress",
+        "stdin",
+        "set_env",
+    }
 )
+# Linux refuses one argv string longer than this (MAX_ARG_STRLEN, 128 KiB) with E2BIG.
+MAX_ARG_BYTES = 128 * 1024
 # An env value naming where the agent's model answers (a local model server, say) is an
 # endpoint the operator configured: the sandbox lets the agent reach it.
 ENDPOINT_NAME = re.compile(r"(_BASE_URL|_API_BASE|_ENDPOINT)$")
@@ -73,6 +87,10 @@ class AgentSpec:
     model_args: tuple[str, ...] = ()
     memory_mb: int | Literal["server"] | None = SERVER_DEFAULT
     egress: tuple[str, ...] = ()
+    # `stdin: prompt`: the prompt is written to the agent's standard input, whatever its size.
+    prompt_on_stdin: bool = False
+    # Fixed, non-secret settings for the CLI, e.g. telemetry off.
+    set_env: tuple[tuple[str, str], ...] = ()
 
     def memory_limit_mb(self, server_default: int | None) -> int | None:
         """Return the agent's memory limit in MB, or None for no limit."""
@@ -200,7 +218,28 @@ def parse_agent(name: str, raw: Any) -> AgentSpec:
         model_args=_argv_field(name, raw, "model_args") or (),
         memory_mb=_memory_mb(name, raw),
         egress=_egress(name, raw),
+        prompt_on_stdin=_stdin(name, raw),
+        set_env=_set_env(name, raw),
     )
+
+
+def _set_env(name: str, raw: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """Read `set_env:`, names and the plain values the agent gets for them."""
+    values = raw.get("set_env") or {}
+    if not isinstance(values, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str | int) and not isinstance(v, bool)
+        for k, v in values.items()
+    ):
+        raise AgentConfigError(f"agent {name!r}: `set_env` must map names to strings")
+    _check_env(name, list(values))
+    return tuple((key, str(value)) for key, value in values.items())
+
+
+def _stdin(name: str, raw: Mapping[str, Any]) -> bool:
+    """Read `stdin:`, which can only say that the prompt goes there."""
+    if raw.get("stdin") in (None, "prompt"):
+        return raw.get("stdin") == "prompt"
+    raise AgentConfigError(f"agent {name!r}: `stdin` can only be `prompt`")
 
 
 def _egress(name: str, raw: Mapping[str, Any]) -> tuple[str, ...]:
@@ -338,10 +377,16 @@ def run_agent(
         allow=spec.env,
         source=source_env,
         home=job_dir / "home",
-        extra={"GAFFER_STAGE": stage, **worktree_mark(workdir)},
+        extra={**dict(spec.set_env), "GAFFER_STAGE": stage, **worktree_mark(workdir)},
     )
     if shutil.which(argv[0], path=env["PATH"]) is None:
         return _not_installed(spec, argv[0])
+    if too_long := [arg for arg in argv if len(arg.encode()) >= MAX_ARG_BYTES]:
+        return _not_started(
+            f"agent {spec.name!r} was not started: an argument of "
+            f"{len(too_long[0].encode()) // 1024} KiB is past Linux's 128 KiB limit; pass the "
+            "prompt as `{prompt_file}` or with `stdin: prompt` in the agent's definition"
+        )
     meter = SpendMeter(model, spend_limit_usd, prices)
     box = None
     if sandbox is not None:
@@ -364,11 +409,12 @@ def run_agent(
         log_path=job_dir / "agent.log",
         timeout_s=timeout_s,
         idle_timeout_s=idle_timeout_s,
-        should_stop=lambda: meter.over() or bool(should_stop and should_stop()),
+        should_stop=lambda: meter.stopped() or bool(should_stop and should_stop()),
         on_output=meter.feed,
         memory_mb=memory_mb,
         sandbox=sandbox,
         box=box,
+        stdin_text=prompt if spec.prompt_on_stdin else None,
     )
     # Parse even a failed run: a Claude error result or a quota hit still reports usage.
     parsed = _parse(spec, run.output)
@@ -376,6 +422,9 @@ def run_agent(
     if meter.over():
         stopped = f"agent {spec.name!r} was stopped: it reached the budget of ${spend_limit_usd}"
         return AgentResult("", False, stopped, run, usage, parsed.quota, over_budget=True)
+    if meter.verdict is not None:
+        verdict = meter.verdict
+        return AgentResult("", False, verdict.error, run, usage, verdict.quota or parsed.quota)
     failure = _failure(spec, run, timeout_s, idle_timeout_s) or parsed.error
     return AgentResult(
         parsed.text if failure is None else "", failure is None, failure, run, usage, parsed.quota
@@ -383,7 +432,8 @@ def run_agent(
 
 
 class SpendMeter:
-    """Price an agent's live usage as its output streams, against an optional limit."""
+    """Watch an agent's output as it streams: price its live usage against an optional
+    limit, and notice a retry loop that waiting cannot end (verdict)."""
 
     def __init__(
         self, model: str | None, limit: Decimal | None, prices: Mapping[str, Any] | None
@@ -397,6 +447,13 @@ class SpendMeter:
         if self._limit is not None and not self._over and self.usage is not None:
             spent = price(_named(self.usage, self._model), overrides=self._prices).cost_usd
             self._over = spent is not None and spent >= self._limit
+
+    @property
+    def verdict(self) -> RetryVerdict | None:
+        return self._live.verdict
+
+    def stopped(self) -> bool:
+        return self._over or self.verdict is not None
 
     @property
     def usage(self) -> Usage | None:

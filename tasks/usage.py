@@ -360,6 +360,36 @@ def _claude_quota(
     return None
 
 
+@dataclass(frozen=True)
+class RetryVerdict:
+    """Why an agent that is retrying an API call should be stopped now, not left to wait."""
+
+    error: str
+    quota: QuotaHit | None = None
+
+
+def claude_retry_verdict(event: Mapping[str, Any]) -> RetryVerdict | None:
+    """Read Claude Code's `api_retry` event (stream-json): a refused key or a rate limit.
+
+    Claude Code retries both for minutes. A refused key never passes by waiting; a rate
+    limit says when it lifts (`retry_delay_ms` follows the server's retry-after), so the
+    job is parked until then instead of holding an agent slot.
+    """
+    if (event.get("type"), event.get("subtype")) != ("system", "api_retry"):
+        return None
+    status, kind = _int(event.get("error_status")), str(event.get("error") or "")
+    if status in (401, 403):
+        return RetryVerdict(
+            f"Claude Code's API credentials were refused ({status} {kind}): check "
+            "ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN on the worker"
+        )
+    if status == 429:
+        wait = _int(event.get("retry_delay_ms")) / 1000 or None
+        reason = f"Claude API rate limit ({kind or status})"
+        return RetryVerdict(f"Claude Code was stopped: {reason}", QuotaHit(reason, wait))
+    return None
+
+
 def _claude_model(events: list[dict[str, Any]]) -> str | None:
     """Find the main model named by the init event or an assistant message."""
     for event in events:
@@ -677,7 +707,8 @@ def parse_opencode_jsonl(output: str, *, now: datetime | None = None) -> AgentOu
 class LiveUsage:
     """Add up usage from stream lines as they arrive, to enforce a budget mid-run.
 
-    Understands Claude Code stream-json (assistant messages, then the result), Codex
+    Understands Claude Code stream-json (assistant messages and, with
+    --include-partial-messages, the API's stream events, then the result), Codex
     JSONL (turn.completed, which Codex prints once per turn) and OpenCode JSONL
     (step_finish). Lines of any other shape are ignored.
     """
@@ -685,6 +716,9 @@ class LiveUsage:
     def __init__(self) -> None:
         self._claude_messages: dict[str, Usage] = {}
         self._claude_result: Usage | None = None
+        self._current = ""  # the message Claude Code is streaming
+        # Set when the agent is stuck retrying what waiting cannot fix (claude_retry_verdict).
+        self.verdict: RetryVerdict | None = None
         self._model: str | None = None
         self._steps: Usage | None = None
 
@@ -699,8 +733,12 @@ class LiveUsage:
         kind = event.get("type")
         if kind == "system" and event.get("model"):
             self._model = str(event["model"])
+        elif kind == "system" and self.verdict is None:
+            self.verdict = claude_retry_verdict(event)
         elif kind == "assistant":
             self._add_claude_message(_dict(event.get("message")))
+        elif kind == "stream_event":  # --include-partial-messages: the API's own events
+            self._add_claude_stream_event(_dict(event.get("event")), event.get("api_message_id"))
         elif kind == "result":
             self._claude_result = _claude_result_usage(event, self._model)
         elif kind == "turn.completed":
@@ -709,10 +747,39 @@ class LiveUsage:
             self._steps = sum_usage([self._steps, _opencode_step_usage(_dict(event.get("part")))])
 
     def _add_claude_message(self, message: Mapping[str, Any]) -> None:
-        """Keep the latest usage per message id (one message spans several lines)."""
+        """Keep the highest counts per message id (one message spans several lines)."""
         if isinstance(message.get("usage"), dict):
             key = str(message.get("id") or len(self._claude_messages))
-            self._claude_messages[key] = _claude_message_usage(message)
+            self._keep(key, _claude_message_usage(message))
+
+    def _add_claude_stream_event(self, event: Mapping[str, Any], message_id: Any) -> None:
+        """Count a message's tokens as they stream: its start, then each delta's running total.
+
+        An assistant line says `output_tokens: 1` until the message ends; the message_delta
+        events carry the real count while the agent is still writing.
+        """
+        if event.get("type") == "message_start":
+            message = _dict(event.get("message"))
+            self._current = str(message.get("id") or message_id or self._current)
+            self._add_claude_message({**message, "id": self._current})
+        elif event.get("type") == "message_delta" and isinstance(event.get("usage"), dict):
+            key = str(message_id or self._current)
+            model = self._claude_messages.get(key, Usage()).model
+            self._keep(key, _claude_message_usage({"usage": event["usage"], "model": model}))
+
+    def _keep(self, key: str, usage: Usage) -> None:
+        known = self._claude_messages.get(key)
+        if known is None:
+            self._claude_messages[key] = usage
+            return
+        self._claude_messages[key] = replace(
+            known,
+            model=known.model or usage.model,
+            input_tokens=max(known.input_tokens, usage.input_tokens),
+            output_tokens=max(known.output_tokens, usage.output_tokens),
+            cache_read_tokens=max(known.cache_read_tokens, usage.cache_read_tokens),
+            cache_write_tokens=max(known.cache_write_tokens, usage.cache_write_tokens),
+        )
 
     @property
     def usage(self) -> Usage | None:

@@ -74,13 +74,14 @@ def test_shipped_agents_load(agents):
     [
         pytest.param("plan", "plan", id="plan reads only"),
         pytest.param("revise", "plan", id="revise reads only"),
-        pytest.param("execute", "acceptEdits", id="execute may edit"),
-        pytest.param("fix", "acceptEdits", id="fix may edit"),
+        pytest.param("execute", "bypassPermissions", id="execute may edit and run commands"),
+        pytest.param("fix", "bypassPermissions", id="fix may edit and run commands"),
     ],
 )
 def test_claude_permission_mode_follows_the_stage(agents, stage, mode):
     argv = render_argv(agents["claude"], stage, {"prompt": "hi", "model": ""})
-    assert argv[:3] == ["claude", "-p", "hi"]
+    assert argv[:2] == ["claude", "-p"] and "hi" not in argv  # the prompt goes on stdin
+    assert agents["claude"].prompt_on_stdin
     assert argv[argv.index("--permission-mode") + 1] == mode
     assert "--model" not in argv
 
@@ -261,3 +262,45 @@ def test_script_agent_runs_with_the_worktree_off_sys_path(agents, tmp_path):
     assert sys.executable in render_argv(
         agents["script"], "plan", {"python": sys.executable, "prompt_file": "p"}
     )
+
+
+@pytest.mark.parametrize(
+    ("definition", "error"),
+    [
+        pytest.param(
+            {"stdin": "yes"}, "`stdin` can only be `prompt`", id="stdin other than prompt"
+        ),
+        pytest.param({"set_env": ["A=1"]}, "`set_env` must map names", id="set_env as a list"),
+        pytest.param(
+            {"set_env": {"WEBHOOK_SECRET": "x"}}, "a gaffer secret", id="set_env naming a secret"
+        ),
+    ],
+)
+def test_bad_stdin_and_set_env_are_refused(definition, error):
+    with pytest.raises(AgentConfigError, match=error):
+        parse_agent("mine", {"command": ["my-agent"], **definition})
+
+
+def test_an_agent_given_its_prompt_on_stdin_reads_all_of_it(tmp_path):
+    spec = parse_agent(
+        "reader",
+        {
+            "command": [
+                "{python}",
+                "-c",
+                "import sys; d = sys.stdin.read(); print(len(d), d[-3:])",
+            ],
+            "stdin": "prompt",
+            "set_env": {"TELEMETRY": "off"},
+        },
+    )
+    result = run(spec, tmp_path, "x" * 300_000 + "END")
+    assert result.ok, result.error
+    assert result.text.split() == ["300003", "END"]
+
+
+def test_a_prompt_too_long_for_one_argument_is_refused_before_the_agent_starts(tmp_path):
+    spec = parse_agent("argv", {"command": ["{python}", "-c", "pass", "{prompt}"]})
+    result = run(spec, tmp_path, "x" * 200_000)
+    assert not result.ok
+    assert result.error is not None and "past Linux's 128 KiB limit" in result.error

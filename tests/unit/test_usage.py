@@ -19,6 +19,7 @@ Fixtures in tests/fixtures/agents/ follow, per tool:
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -424,3 +425,58 @@ def test_live_usage_takes_claude_result_dollars_at_the_end():
     live.feed('{"type": "result", "usage": ')
     assert live.usage.cost_usd == Decimal("0.0723")
     assert live.usage.cost_source == "agent"
+
+
+def _stream(event: dict, message_id: str = "msg_1") -> str:
+    return json.dumps({"type": "stream_event", "event": event, "api_message_id": message_id})
+
+
+def test_live_usage_takes_the_real_output_count_from_claudes_stream_events():
+    start = {
+        "type": "message_start",
+        "message": {
+            "id": "msg_1",
+            "model": "claude-sonnet-4-5",
+            "usage": {"input_tokens": 900, "output_tokens": 1},
+        },
+    }
+    assistant = {
+        "type": "assistant",
+        "message": {"id": "msg_1", "model": "claude-sonnet-4-5", "usage": {"output_tokens": 1}},
+    }
+    delta = {"type": "message_delta", "delta": {}, "usage": {"output_tokens": 321}}
+    live = LiveUsage()
+    live.feed(_stream(start))
+    live.feed(json.dumps(assistant))  # says 1 until the message ends
+    live.feed(_stream(delta))
+    live.feed(json.dumps(assistant))  # a late line never lowers the count
+    assert live.usage is not None
+    assert (live.usage.model, live.usage.input_tokens, live.usage.output_tokens) == (
+        "claude-sonnet-4-5",
+        900,
+        321,
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "quota_s"),
+    [
+        pytest.param(429, "Claude Code was stopped: Claude API rate limit", 30.084, id="429 parks"),
+        pytest.param(401, "Claude Code's API credentials were refused (401", None, id="401 fails"),
+    ],
+)
+def test_claude_retrying_what_waiting_cannot_fix_is_a_verdict(status, error, quota_s):
+    live = LiveUsage()
+    retry = {
+        "type": "system",
+        "subtype": "api_retry",
+        "attempt": 1,
+        "retry_delay_ms": 30084,
+        "error_status": status,
+        "error": "rate_limit" if status == 429 else "authentication_failed",
+    }
+    live.feed(json.dumps({**retry, "error_status": 529, "error": "overloaded"}))
+    assert live.verdict is None  # overloaded: worth Claude Code's own retry
+    live.feed(json.dumps(retry))
+    assert live.verdict is not None and live.verdict.error.startswith(error)
+    assert (live.verdict.quota.retry_after_s if live.verdict.quota else None) == quota_s

@@ -1,0 +1,155 @@
+"""Claude Code, the real CLI (pinned in tests/agents), run as gaffer runs it.
+
+Each test runs the shipped `claude` definition through gaffer's `run_agent`, inside the
+sandbox, against the model server in tests/model_server.py on loopback, and asserts what
+gaffer records: the edit (or none), the tokens and dollars, the error, the parked quota.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from bot.settings import Settings
+from tasks.agents import AgentResult, load_agents, run_agent
+from tasks.pricing import price
+from tasks.sandbox import Sandbox
+from tasks.usage import Usage
+from tests.model_server import ModelServer, Refusal, Reply, Text, ToolCall, model_server
+
+CLIS = Path(__file__).resolve().parent.parent / "agents" / "node_modules"
+MODEL = "claude-sonnet-4-5"
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Sandbox:
+    """The worker's sandbox, with the pinned CLIs readable inside it."""
+    settings = Settings.from_env({"WEBHOOK_SECRET": "s", "GAFFER_HOME": str(tmp_path / "home")})
+    settings = Settings(
+        **{**settings.__dict__, "server_config": {"sandbox": {"read_only": [str(CLIS)]}}}
+    )
+    return Sandbox.from_settings(settings, {})
+
+
+@pytest.fixture
+def worktree(tmp_path: Path) -> Path:
+    path = tmp_path / "worktree"
+    path.mkdir()
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    (path / "README.md").write_text("# widgets\n")
+    return path
+
+
+def claude(
+    server: ModelServer,
+    worktree: Path,
+    job_dir: Path,
+    sandbox: Sandbox,
+    *,
+    stage: str = "execute",
+    prompt: str = "Add hello.py.",
+    budget: Decimal | None = None,
+) -> AgentResult:
+    env = {
+        "PATH": f"{CLIS / '.bin'}:{os.environ['PATH']}",
+        "ANTHROPIC_BASE_URL": server.url,
+        "ANTHROPIC_API_KEY": "sk-ant-test",
+    }
+    return run_agent(
+        load_agents()["claude"],
+        stage=stage,
+        prompt=prompt,
+        workdir=worktree,
+        job_dir=job_dir,
+        model=MODEL,
+        timeout_s=120,
+        idle_timeout_s=60,
+        source_env=env,
+        spend_limit_usd=budget,
+        sandbox=sandbox,
+    )
+
+
+def write_hello(worktree: Path) -> list[Reply]:
+    return [
+        ToolCall("Write", {"file_path": str(worktree / "hello.py"), "content": "print(1)\n"}),
+        Text("Added hello.py.", input_tokens=1200, output_tokens=40),
+    ]
+
+
+def test_execute_lands_the_edit_and_records_what_the_server_billed(
+    worktree: Path, tmp_path: Path, sandbox: Sandbox
+) -> None:
+    with model_server(write_hello(worktree)) as server:
+        result = claude(server, worktree, tmp_path / "job", sandbox)
+    assert result.ok, result.error
+    assert (worktree / "hello.py").read_text() == "print(1)\n"
+    assert result.text == "Added hello.py."
+    assert result.usage is not None
+    # What the server reported over its two calls: 100 + 1200 in, 30 + 40 out.
+    assert (result.usage.input_tokens, result.usage.output_tokens) == (1300, 70)
+    expected = price(Usage(model=MODEL, input_tokens=1300, output_tokens=70)).cost_usd
+    assert expected is not None and result.usage.cost_usd is not None
+    assert abs(result.usage.cost_usd - expected) < Decimal("0.000001")
+    assert all(r["body"]["model"] == MODEL for r in server.message_requests())
+
+
+def test_planning_makes_no_edit(worktree: Path, tmp_path: Path, sandbox: Sandbox) -> None:
+    with model_server(write_hello(worktree)) as server:
+        result = claude(server, worktree, tmp_path / "job", sandbox, stage="plan")
+    assert not (worktree / "hello.py").exists()
+    assert result.usage is not None and result.usage.input_tokens > 0
+
+
+def test_a_prompt_past_the_argument_limit_reaches_the_agent_whole(
+    worktree: Path, tmp_path: Path, sandbox: Sandbox
+) -> None:
+    prompt = "Read all of this.\n" + "x" * 200_000 + "\nTHE END"
+    with model_server([Text("Read it.")]) as server:
+        result = claude(server, worktree, tmp_path / "job", sandbox, prompt=prompt)
+    assert result.ok, result.error
+    [request] = server.message_requests()
+    assert "THE END" in str(request["body"]["messages"])
+
+
+def test_a_budget_stops_the_agent_between_its_calls(
+    worktree: Path, tmp_path: Path, sandbox: Sandbox
+) -> None:
+    costly = ToolCall(
+        "Write",
+        {"file_path": str(worktree / "a.py"), "content": "a = 1\n"},
+        input_tokens=200_000,
+        output_tokens=2_000,
+    )
+    with model_server([costly, Text("never reached")]) as server:
+        result = claude(server, worktree, tmp_path / "job", sandbox, budget=Decimal("0.10"))
+    assert result.over_budget and not result.ok
+    assert result.usage is not None and result.usage.input_tokens >= 200_000
+    assert len(server.message_requests()) == 1  # stopped before its second call
+
+
+def test_a_rate_limit_parks_the_job_with_the_servers_reset(
+    worktree: Path, tmp_path: Path, sandbox: Sandbox
+) -> None:
+    limited = Refusal(429, "rate limited", {"retry-after": "40"})
+    with model_server([limited]) as server:
+        result = claude(server, worktree, tmp_path / "job", sandbox)
+    assert not result.ok
+    assert result.quota is not None
+    assert result.quota.retry_after_s is not None and 35 <= result.quota.retry_after_s <= 45
+    assert len(server.message_requests()) == 1  # not retried for minutes
+
+
+def test_a_refused_key_fails_at_once_with_a_readable_reason(
+    worktree: Path, tmp_path: Path, sandbox: Sandbox
+) -> None:
+    with model_server([Refusal(401, "invalid x-api-key")]) as server:
+        result = claude(server, worktree, tmp_path / "job", sandbox)
+    assert not result.ok and result.quota is None
+    assert result.error is not None
+    assert result.error.startswith("Claude Code's API credentials were refused (401")
+    assert len(server.message_requests()) <= 2
