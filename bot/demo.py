@@ -172,6 +172,7 @@ def _settings(home: Path, api_url: str, server: Mapping[str, Any]) -> Settings:
     config.write_text(yaml.safe_dump({**quick, **server}))
     env = {
         "WEBHOOK_SECRET": SECRET,
+        "GAFFER_DEFAULT_AGENT": "script",
         "GAFFER_HOME": str(home / "gaffer"),
         "APP_ID": str(APP_ID),
         "PRIVATE_KEY": pem,
@@ -186,6 +187,7 @@ def _workers(settings: Settings, home: Path, agent_slots: int) -> Iterator[None]
     env = {
         **os.environ,
         "WEBHOOK_SECRET": SECRET,
+        "GAFFER_DEFAULT_AGENT": "script",
         "GAFFER_HOME": str(settings.home),
         "APP_ID": str(APP_ID),
         "PRIVATE_KEY": settings.private_key or "",

@@ -29,7 +29,8 @@ class Settings:
     app_id: str | None = None
     private_key: str | None = None
     port: int = 8000
-    default_agent: str = "script"
+    # None: each repository must name its agent; the `script` agent only when chosen.
+    default_agent: str | None = None
     server_config: Mapping[str, Any] = field(default_factory=dict)
     max_body_bytes: int = 25 * 1024 * 1024
     # Prepended to every broker key, so deployments (or test runs) can share one Redis.
@@ -77,7 +78,7 @@ class Settings:
             app_id=env.get("APP_ID") or None,
             private_key=_private_key(env),
             port=int(env.get("GAFFER_PORT", "8000")),
-            default_agent=env.get("GAFFER_DEFAULT_AGENT", "script"),
+            default_agent=env.get("GAFFER_DEFAULT_AGENT") or None,
             server_config=_jam_routes_checked(_server_config(env.get("GAFFER_CONFIG"))),
             jam_webhook_secret=_jam_secret(env.get("JAM_WEBHOOK_SECRET", "").strip()),
             jam_token=env.get("JAM_TOKEN", "").strip() or None,

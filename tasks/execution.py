@@ -20,7 +20,7 @@ from tasks.costs import park
 from tasks.leases import finish
 from tasks.planning import job_dir
 from tasks.prompts import execute_prompt, fix_prompt
-from tasks.stage_agent import Held, OverBudget, run_stage_agent
+from tasks.stage_agent import Held, Stopped, run_stage_agent
 from tasks.verification import verify
 from tasks.worktrees import (
     WorktreePool,
@@ -196,8 +196,8 @@ def _agent(space: Workspace, stage: str, prompt: str) -> AgentResult:
             space.worktree,
             space.dir,
         )
-    except OverBudget as over:
-        raise StopWork(f"Stopped: {over}") from over
+    except Stopped as stop:
+        raise StopWork(f"Stopped: {stop}") from stop
     if result.run.stopped:
         raise StopWork("stopped: the plan was cancelled")
     if not result.ok:

@@ -19,7 +19,7 @@ from tasks.context import WorkerContext
 from tasks.costs import park
 from tasks.leases import finish
 from tasks.prompts import plan_prompt
-from tasks.stage_agent import Held, OverBudget, run_stage_agent
+from tasks.stage_agent import Held, Stopped, run_stage_agent
 from tasks.worktrees import ensure_mirror, readonly_worktree, resolve_ref
 
 log = logging.getLogger(__name__)
@@ -53,8 +53,8 @@ def run_planning(wctx: WorkerContext, job: Job) -> None:
         if park(wctx, job.id, held.until, str(held)):
             client.reply(plan.issue_number, f"gaffer is holding the plan: {held}")
         return
-    except OverBudget as over:
-        text, error = "", f"Stopped: {over}"
+    except Stopped as stop:
+        text, error = "", f"Stopped: {stop}"
     except RepoConfigError as bad:
         text, error = "", config_error(str(bad))
     except Exception as fault:  # noqa: BLE001 - any fault fails the plan by policy, said on the issue

@@ -33,8 +33,23 @@ class Held(Exception):
         self.until = until
 
 
-class OverBudget(Exception):
-    """The plan's budget is spent; the message says how to go on."""
+class Stopped(Exception):
+    """The stage cannot run; the message says why and how to go on."""
+
+
+class OverBudget(Stopped):
+    """The plan's budget is spent."""
+
+
+class NoAgent(Stopped):
+    """Neither the repository nor the server chose an agent."""
+
+
+NO_AGENT = (
+    "no agent is chosen for this repository. Set `agent:` in `.github/gaffer.yml` or "
+    "GAFFER_DEFAULT_AGENT on the server (for example `claude`, installed on the workers; "
+    "see the README's agents table), then answer `/retry`."
+)
 
 
 def run_stage_agent(
@@ -58,7 +73,17 @@ def run_stage_agent(
     left = spend_left(wctx, plan, config)
     if left is not None and left <= 0:
         raise OverBudget(_over_budget_message(plan, config))
-    spec = load_agents(wctx.setting("agents", None))[plan.agent or wctx.settings.default_agent]
+    name = plan.agent or wctx.settings.default_agent
+    if name is None:
+        raise NoAgent(NO_AGENT)
+    agents = load_agents(wctx.setting("agents", None))
+    if name not in agents:
+        raise NoAgent(
+            f"the agent {name!r} is not defined on this server (defined: "
+            f"{', '.join(sorted(agents))}). Choose one with `/agent <name>` or `agent:` in "
+            "`.github/gaffer.yml`, then answer `/retry`."
+        )
+    spec = agents[name]
     result = run_agent(
         spec,
         stage=stage,

@@ -82,6 +82,7 @@ def settings(backend: Backend, tmp_path: Path, private_key: str) -> Settings:
     return Settings.from_env(
         {
             "WEBHOOK_SECRET": WEBHOOK_SECRET,
+            "GAFFER_DEFAULT_AGENT": "script",
             "GAFFER_HOME": str(tmp_path / "home"),
             "DATABASE_URL": backend.database_url,
             "BROKER_URL": backend.broker_url,
@@ -214,6 +215,7 @@ def start_worker(settings: Settings, github_server: str, server_config: Path, tm
         env = {
             **os.environ,
             "WEBHOOK_SECRET": WEBHOOK_SECRET,
+            "GAFFER_DEFAULT_AGENT": "script",
             "GAFFER_HOME": str(settings.home),
             "DATABASE_URL": settings.database_url,
             "BROKER_URL": broker_url or settings.broker_url,

@@ -282,6 +282,7 @@ def test_redis_killed_mid_burst_every_delivery_is_planned_once(
         env = {
             **os.environ,
             "WEBHOOK_SECRET": WEBHOOK_SECRET,
+            "GAFFER_DEFAULT_AGENT": "script",
             "GAFFER_HOME": str(settings.home),
             "DATABASE_URL": settings.database_url,
             "BROKER_URL": redis_server.url,

@@ -104,6 +104,7 @@ def settings(settings: Settings, server_config: Path) -> Settings:
     return Settings.from_env(
         {
             "WEBHOOK_SECRET": WEBHOOK_SECRET,
+            "GAFFER_DEFAULT_AGENT": "script",
             "GAFFER_HOME": str(settings.home),
             "DATABASE_URL": settings.database_url,
             "BROKER_URL": settings.broker_url,

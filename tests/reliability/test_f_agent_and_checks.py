@@ -22,6 +22,7 @@ Also covered elsewhere:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -465,3 +466,22 @@ def test_a_crash_leaves_no_worktree_or_branch_that_blocks_the_next_job(
     assert disk(home) == Disk()
     if stray is not None:
         stray.wait(timeout=5)  # killed by gaffer when it took the worktree back
+
+
+@pytest.mark.parametrize(
+    ("agent", "said"),
+    [
+        pytest.param(None, "no agent is chosen for this repository", id="none chosen anywhere"),
+        pytest.param("nonesuch", "the agent 'nonesuch' is not defined", id="an unknown name"),
+    ],
+)
+def test_a_plan_without_a_usable_agent_stops_and_says_how_to_choose_one(
+    here: InProcess, agent: str | None, said: str
+) -> None:
+    here.wctx.settings = dataclasses.replace(here.wctx.settings, default_agent=agent)  # type: ignore[attr-defined]
+    here.flow.label()
+    plan = here.settle()
+    assert plan.state == PlanState.FAILED
+    status = here.flow.status()
+    assert f"**What went wrong:** Stopped: {said}" in status
+    assert "`/retry`" in status

@@ -104,6 +104,7 @@ def attack(machine: Machine, tmp_path: Path) -> Callable[..., Attacked]:
         worker_env = {
             **os.environ,
             "WEBHOOK_SECRET": WEBHOOK_SECRET,
+            "GAFFER_DEFAULT_AGENT": "script",
             "PRIVATE_KEY_PATH": str(machine.key_file),
             "DATABASE_URL": f"sqlite:///{machine.database}",
         }
