@@ -285,8 +285,14 @@ def render_argv(spec: AgentSpec, stage: str, values: Mapping[str, str]) -> list[
     return [arg.format_map(values) for arg in template]
 
 
-def _failure(spec: AgentSpec, run: RunResult, timeout_s: float, idle_s: float | None) -> str | None:
-    """Say why a run cannot be used, or None when it exited cleanly."""
+def _failure(
+    spec: AgentSpec, run: RunResult, timeout_s: float, idle_s: float | None, said: str | None
+) -> str | None:
+    """Say why a run cannot be used, or None when it exited cleanly.
+
+    said: the error the agent's own output gives (its parser read it); for a failed exit it
+    reads better than the output's last characters.
+    """
     if run.timed_out:
         return f"agent {spec.name!r} timed out after {timeout_s:g} s"
     if run.idle_timed_out:
@@ -298,7 +304,7 @@ def _failure(spec: AgentSpec, run: RunResult, timeout_s: float, idle_s: float | 
     if run.cpu_limited:
         return f"agent {spec.name!r} used all the CPU time its run may use and was stopped"
     if run.returncode != 0:
-        tail = run.output.strip()[-ERROR_TAIL_CHARS:]
+        tail = said or run.output.strip()[-ERROR_TAIL_CHARS:]
         message = f"agent {spec.name!r} {_exit_reason(run)}"
         return f"{message}: {tail}" if tail else message
     return None
@@ -425,7 +431,7 @@ def run_agent(
     if meter.verdict is not None:
         verdict = meter.verdict
         return AgentResult("", False, verdict.error, run, usage, verdict.quota or parsed.quota)
-    failure = _failure(spec, run, timeout_s, idle_timeout_s) or parsed.error
+    failure = _failure(spec, run, timeout_s, idle_timeout_s, parsed.error) or parsed.error
     return AgentResult(
         parsed.text if failure is None else "", failure is None, failure, run, usage, parsed.quota
     )

@@ -320,9 +320,17 @@ def _claude_result_usage(result: Mapping[str, Any], model: str | None) -> Usage:
     return replace(base, cost_usd=cost, cost_source=AGENT)
 
 
+def _api_message(text: str) -> str:
+    """Return the message of an API error body quoted in text (`API Error: 429 {…}`), or text."""
+    start = text.find("{")
+    body = _load(text[start:]) if start >= 0 else None
+    message = _dict(_dict(body).get("error")).get("message")
+    return str(message) if message else text
+
+
 def _claude_error(result: Mapping[str, Any]) -> str | None:
     """Say why a result object cannot be used, or None for a clean success."""
-    text = str(result.get("result") or "").strip()
+    text = _api_message(str(result.get("result") or "").strip())
     subtype = str(result.get("subtype") or "")
     status = result.get("api_error_status")
     if status:

@@ -304,3 +304,19 @@ def test_a_prompt_too_long_for_one_argument_is_refused_before_the_agent_starts(t
     result = run(spec, tmp_path, "x" * 200_000)
     assert not result.ok
     assert result.error is not None and "past Linux's 128 KiB limit" in result.error
+
+
+def test_a_failed_exit_is_explained_by_what_the_agents_output_says(tmp_path):
+    # Claude Code exits 1 after printing a result object that names the failure.
+    fixture = Path(__file__).resolve().parent.parent / "fixtures" / "agents" / "claude-api-429.json"
+    spec = parse_agent(
+        "claude-ish",
+        {
+            "command": ["{python}", "-c", f"print(open({str(fixture)!r}).read()); exit(1)"],
+            "output": "claude-json",
+        },
+    )
+    result = run(spec, tmp_path, "hi")
+    assert result.error is not None
+    assert result.error.startswith("agent 'claude-ish' exited with code 1: Claude Code's API")
+    assert '"type"' not in result.error  # no raw JSON
