@@ -48,6 +48,7 @@ KEYS = frozenset(
         "egress",
         "stdin",
         "set_env",
+        "ignore",
     }
 )
 # Linux refuses one argv string longer than this (MAX_ARG_STRLEN, 128 KiB) with E2BIG.
@@ -91,6 +92,9 @@ class AgentSpec:
     prompt_on_stdin: bool = False
     # Fixed, non-secret settings for the CLI, e.g. telemetry off.
     set_env: tuple[tuple[str, str], ...] = ()
+    # What the CLI leaves in the worktree that is never committed: patterns from the
+    # worktree's root, `*` matching across folders (`.aider*`).
+    ignore: tuple[str, ...] = ()
 
     def memory_limit_mb(self, server_default: int | None) -> int | None:
         """Return the agent's memory limit in MB, or None for no limit."""
@@ -220,6 +224,7 @@ def parse_agent(name: str, raw: Any) -> AgentSpec:
         egress=_egress(name, raw),
         prompt_on_stdin=_stdin(name, raw),
         set_env=_set_env(name, raw),
+        ignore=_strings(name, "ignore", raw.get("ignore", []), empty_ok=True),
     )
 
 

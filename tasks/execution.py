@@ -20,7 +20,7 @@ from tasks.costs import park
 from tasks.leases import finish
 from tasks.planning import job_dir
 from tasks.prompts import execute_prompt, fix_prompt
-from tasks.stage_agent import Held, Stopped, run_stage_agent
+from tasks.stage_agent import Held, Stopped, agent_of, run_stage_agent
 from tasks.verification import verify
 from tasks.worktrees import (
     WorktreePool,
@@ -208,8 +208,10 @@ def _agent(space: Workspace, stage: str, prompt: str) -> AgentResult:
 def _commit_and_push(space: Workspace) -> str:
     worktree, plan = space.worktree, space.plan
     repair_gitfile(worktree)
-    if worktree_git(worktree, ["status", "--porcelain"]):
-        worktree_git(worktree, ["add", "--all"])
+    # What the agent's CLI leaves behind (its history, caches) is never committed.
+    left_behind = [f":(exclude){pattern}" for pattern in agent_of(space.wctx, plan).ignore]
+    worktree_git(worktree, ["add", "--all", "--", ".", *left_behind])
+    if worktree_git(worktree, ["diff", "--cached", "--name-only"]):
         message = (
             f"gaffer: {plan.issue_title}\n\nPlan #{plan.id}, revision r{plan.approved_revision}."
         )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bot.models import Job, Plan
 from bot.repo_config import RepoConfig
-from tasks.agents import AgentResult, load_agents, run_agent
+from tasks.agents import AgentResult, AgentSpec, load_agents, run_agent
 from tasks.context import WorkerContext
 from tasks.costs import (
     add_usage,
@@ -73,17 +73,7 @@ def run_stage_agent(
     left = spend_left(wctx, plan, config)
     if left is not None and left <= 0:
         raise OverBudget(_over_budget_message(plan, config))
-    name = plan.agent or wctx.settings.default_agent
-    if name is None:
-        raise NoAgent(NO_AGENT)
-    agents = load_agents(wctx.setting("agents", None))
-    if name not in agents:
-        raise NoAgent(
-            f"the agent {name!r} is not defined on this server (defined: "
-            f"{', '.join(sorted(agents))}). Choose one with `/agent <name>` or `agent:` in "
-            "`.github/gaffer.yml`, then answer `/retry`."
-        )
-    spec = agents[name]
+    spec = agent_of(wctx, plan)
     result = run_agent(
         spec,
         stage=stage,
@@ -112,6 +102,21 @@ def run_stage_agent(
             f"gaffer resumes the job at {until:%Y-%m-%d %H:%M} UTC.",
         )
     return result
+
+
+def agent_of(wctx: WorkerContext, plan: Plan) -> AgentSpec:
+    """Return the plan's agent: its own, else the server's default; NoAgent says what to do."""
+    name = plan.agent or wctx.settings.default_agent
+    if name is None:
+        raise NoAgent(NO_AGENT)
+    agents = load_agents(wctx.setting("agents", None))
+    if name not in agents:
+        raise NoAgent(
+            f"the agent {name!r} is not defined on this server (defined: "
+            f"{', '.join(sorted(agents))}). Choose one with `/agent <name>` or `agent:` in "
+            "`.github/gaffer.yml`, then answer `/retry`."
+        )
+    return agents[name]
 
 
 def _over_budget_message(plan: Plan, config: RepoConfig) -> str:

@@ -485,3 +485,23 @@ def test_a_plan_without_a_usable_agent_stops_and_says_how_to_choose_one(
     status = here.flow.status()
     assert f"**What went wrong:** Stopped: {said}" in status
     assert "`/retry`" in status
+
+
+def test_what_an_agents_cli_leaves_behind_is_never_committed(here: InProcess, monkeypatch) -> None:
+    script = {
+        "command": ["{python}", "-I", "-m", "tasks.script_agent", "{prompt_file}"],
+        "output": "text",
+        "ignore": [".tool*"],
+    }
+    monkeypatch.setitem(here.wctx.settings.server_config, "agents", {"script": script})  # type: ignore[attr-defined]
+    steps = (
+        "```gaffer-script\nexecute:\n"
+        "  - write: {path: fix.txt, content: ok}\n"
+        "  - write: {path: .tool.history.md, content: the whole prompt}\n"
+        "  - write: {path: .tool.cache/tags, content: x}\n```\n"
+    )
+    here.flow.github.issue_record(REPO, 1).body = steps
+    plan = here.to_review()
+    files = git(["ls-tree", "-r", "--name-only", plan.head_sha or ""], cwd=here.flow.origin)
+    assert "fix.txt" in files.split()
+    assert ".tool" not in files
