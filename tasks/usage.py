@@ -573,6 +573,13 @@ AIDER_COST = re.compile(r"Cost: \$([\d.]+) (?:message|request), \$([\d.]+) sessi
 AIDER_MODEL = re.compile(r"^(?:Main model|Model): (\S+)", re.MULTILINE)
 AIDER_ERROR = re.compile(r"^(?:litellm\.)?(\w+Error): .*$", re.MULTILINE)
 AIDER_TRACEBACK = "Traceback (most recent call last):"
+# What aider prints before its answer, one line each.
+AIDER_BANNER = re.compile(
+    r"(?:Aider v\d|Main model: |Weak model: |Editor model: |Git repo: |Repo-map: "
+    r"|Warning: |Newer aider version|Run: |https://aider\.chat/|Added .* to the chat"
+    r"|Use /help|\s*$)"
+)
+AIDER_CHATTER = re.compile(r"(?:Tokens: |Cost: |Warning: (?:Input|Output) is not a terminal)")
 SUFFIX = {"": 1, "k": 1_000, "M": 1_000_000}
 
 
@@ -614,16 +621,32 @@ def _aider_error(output: str) -> str | None:
         return f"aider crashed: {last_line.strip()}"
     errors = [m for m in AIDER_ERROR.finditer(output) if m.start() > last_report]
     if errors:
-        return f"aider failed: {errors[-1][0].strip()}"
+        return f"aider failed: {_unwrapped(output, errors[-1])}"
     if last_report < 0:
         return _ended_early("aider printed no token report")
     return None
 
 
+def _unwrapped(output: str, match: re.Match[str]) -> str:
+    """Return an error aider printed with the lines its 80-column wrap split it into, joined
+    (`try again in` may sit on the next line), up to a blank line or the next error."""
+    lines = output[match.start() :].split("\n\n", 1)[0].splitlines()
+    kept = [lines[0].strip()]
+    for line in lines[1:]:
+        if AIDER_ERROR.match(line) or line.startswith(("Retrying in", "The API provider")):
+            break
+        kept.append(line.strip())
+    return " ".join(kept)
+
+
 def _aider_text(output: str) -> str:
-    """Return what aider printed without its token and cost reports."""
+    """Return what aider answered: without its banner, terminal warnings, release-notes
+    pointer, and token and cost reports."""
     lines = output.splitlines(keepends=True)
-    return "".join(line for line in lines if not line.startswith(("Tokens: ", "Cost: ")))
+    start = 0
+    while start < len(lines) and AIDER_BANNER.match(lines[start]):
+        start += 1
+    return "".join(line for line in lines[start:] if not AIDER_CHATTER.match(line))
 
 
 def parse_aider(output: str, *, now: datetime | None = None) -> AgentOutput:

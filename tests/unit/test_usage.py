@@ -480,3 +480,15 @@ def test_claude_retrying_what_waiting_cannot_fix_is_a_verdict(status, error, quo
     live.feed(json.dumps(retry))
     assert live.verdict is not None and live.verdict.error.startswith(error)
     assert (live.verdict.quota.retry_after_s if live.verdict.quota else None) == quota_s
+
+
+def test_aiders_banner_and_terminal_warnings_are_not_part_of_its_answer():
+    parsed = parse("aider-chatter.txt")
+    assert parsed.error is None
+    assert parsed.text.strip() == "## Plan\n\n1. Clip long names in the sidebar."
+
+
+def test_aiders_wait_is_read_across_its_80_column_wrap():
+    parsed = parse("aider-rate-limit-wrapped.txt")
+    assert parsed.quota is not None
+    assert parsed.quota.retry_after_s == 20
