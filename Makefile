@@ -2,7 +2,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 SPEC := tests/contract/node_modules/@octokit/openapi/package.json
-AGENT_CLIS := tests/agents/node_modules/.package-lock.json
+AGENT_CLIS := tests/agents/node_modules/.installed
 
 .PHONY: run demo test lint install sandbox-tools
 

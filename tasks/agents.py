@@ -49,6 +49,7 @@ KEYS = frozenset(
         "stdin",
         "set_env",
         "ignore",
+        "env_args",
     }
 )
 # Linux refuses one argv string longer than this (MAX_ARG_STRLEN, 128 KiB) with E2BIG.
@@ -95,6 +96,9 @@ class AgentSpec:
     # What the CLI leaves in the worktree that is never committed: patterns from the
     # worktree's root, `*` matching across folders (`.aider*`).
     ignore: tuple[str, ...] = ()
+    # Arguments added when one of its env names is set on the worker, `{value}` standing for
+    # the value: how a CLI that ignores a variable (Codex and OPENAI_BASE_URL) is told.
+    env_args: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def memory_limit_mb(self, server_default: int | None) -> int | None:
         """Return the agent's memory limit in MB, or None for no limit."""
@@ -225,6 +229,23 @@ def parse_agent(name: str, raw: Any) -> AgentSpec:
         prompt_on_stdin=_stdin(name, raw),
         set_env=_set_env(name, raw),
         ignore=_strings(name, "ignore", raw.get("ignore", []), empty_ok=True),
+        env_args=_env_args(name, raw, env),
+    )
+
+
+def _env_args(
+    name: str, raw: Mapping[str, Any], env: Sequence[str]
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Read `env_args:`, each name one the agent may see (in `env`), mapped to arguments."""
+    values = raw.get("env_args") or {}
+    if not isinstance(values, Mapping):
+        raise AgentConfigError(f"agent {name!r}: `env_args` must map env names to arguments")
+    for env_name in values:
+        if env_name not in env:
+            raise AgentConfigError(f"agent {name!r}: `env_args` names {env_name}, not in `env`")
+    return tuple(
+        (str(env_name), _strings(name, "env_args", args, empty_ok=False))
+        for env_name, args in values.items()
     )
 
 
@@ -390,6 +411,9 @@ def run_agent(
         home=job_dir / "home",
         extra={**dict(spec.set_env), "GAFFER_STAGE": stage, **worktree_mark(workdir)},
     )
+    for env_name, args in spec.env_args:
+        if env.get(env_name):
+            argv += [arg.replace("{value}", env[env_name]) for arg in args]
     if shutil.which(argv[0], path=env["PATH"]) is None:
         return _not_installed(spec, argv[0])
     if too_long := [arg for arg in argv if len(arg.encode()) >= MAX_ARG_BYTES]:

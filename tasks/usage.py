@@ -452,13 +452,15 @@ def parse_claude_json(output: str, *, now: datetime | None = None) -> AgentOutpu
 
 
 def _codex_turn_usage(event: Mapping[str, Any]) -> Usage:
-    """Read turn.completed usage; Codex counts cached tokens inside input_tokens."""
+    """Read turn.completed usage; Codex counts cached tokens inside input_tokens, and its
+    output_tokens hold the reasoning it also reports apart (as the API does)."""
     usage = _dict(event.get("usage"))
     cached = _int(usage.get("cached_input_tokens"))
     return Usage(
         input_tokens=max(0, _int(usage.get("input_tokens")) - cached),
         cache_read_tokens=cached,
         output_tokens=_int(usage.get("output_tokens")),
+        reasoning_tokens=_int(usage.get("reasoning_output_tokens")),
     )
 
 

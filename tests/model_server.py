@@ -1,9 +1,11 @@
-"""A model server on loopback that speaks Anthropic's Messages API, for the real agent CLIs.
+"""A model server on loopback for the real agent CLIs: Anthropic's Messages API
+(`/v1/messages`) and OpenAI's Responses API (`/v1/responses`).
 
-Each POST to /v1/messages takes the next scripted reply (the last one repeats): a text
-answer, a tool call, an HTTP error with headers, or a slow stream. Streaming requests get
-server-sent events shaped as Anthropic sends them: usage in message_start, the output
-count in the closing message_delta. Every request is kept for the test to read.
+Each model call takes the next scripted reply (the last one repeats): a text answer, a
+tool call, an HTTP error with headers, or a slow stream. Streaming calls get server-sent
+events shaped as each API sends them: for Anthropic, usage in message_start and the output
+count in the closing message_delta; for OpenAI, usage in response.completed. Every request
+is kept for the test to read.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ class Text:
 
     text: str
     input_tokens: int = 100
-    output_tokens: int = 50
+    output_tokens: int = 50  # reasoning included, as the APIs count
     pieces: int = 1
     seconds_between: float = 0.0
+    reasoning_tokens: int = 0  # reported apart by the Responses API
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,9 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:  # noqa: N802
             length = int(self.headers.get("content-length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
+            if self.path.startswith("/v1/responses"):
+                self._respond_openai(body)
+                return
             if not self.path.startswith("/v1/messages") or "count_tokens" in self.path:
                 server.requests.append({"path": self.path, "method": "POST", "body": body})
                 self._json(200, {"input_tokens": 100})
@@ -117,6 +123,25 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
                 self._stream(reply, body)
             else:
                 self._json(200, _message(reply, body, final=True))
+
+        def _respond_openai(self, body: dict[str, Any]) -> None:
+            reply = server.next_reply({"path": self.path, "method": "POST", "body": body})
+            if isinstance(reply, Refusal):
+                code = {401: "invalid_api_key", 429: "rate_limit_exceeded"}.get(reply.status)
+                error = {"message": reply.message, "type": reply.kind, "code": code}
+                self._json(reply.status, {"error": error}, reply.headers)
+                return
+            self._sse(_openai_events(reply, body))
+
+        def _sse(self, events: Iterator[tuple[str, dict[str, Any]]]) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            for name, data in events:
+                self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+                self.wfile.flush()
 
         def _json(self, status: int, data: Any, headers: dict[str, str] | None = None) -> None:
             out = json.dumps(data).encode()
@@ -196,3 +221,66 @@ def _events(reply: Text | ToolCall, body: dict[str, Any]) -> Iterator[tuple[str,
         },
     )
     yield "message_stop", {"type": "message_stop"}
+
+
+def _openai_events(
+    reply: Text | ToolCall, body: dict[str, Any]
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """A Responses API stream: the item, its text or arguments, then usage at completion."""
+    response = {
+        "id": f"resp_{time.monotonic_ns()}",
+        "object": "response",
+        "status": "in_progress",
+        "model": body.get("model") or "gpt-5",
+        "output": [],
+    }
+    if isinstance(reply, ToolCall):
+        arguments = json.dumps(reply.arguments)
+        item: dict[str, Any] = {
+            "type": "function_call",
+            "id": "fc_1",
+            "call_id": f"call_{time.monotonic_ns()}",
+            "name": reply.name,
+            "arguments": arguments,
+            "status": "completed",
+        }
+        delta = ("response.function_call_arguments.delta", {"delta": arguments})
+    else:
+        content = [{"type": "output_text", "text": reply.text, "annotations": []}]
+        item = {
+            "type": "message",
+            "id": "msg_1",
+            "role": "assistant",
+            "status": "completed",
+            "content": content,
+        }
+        delta = ("response.output_text.delta", {"content_index": 0, "delta": reply.text})
+    started = {**item, "status": "in_progress"}
+    usage = {
+        "input_tokens": reply.input_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": reply.output_tokens,
+        "output_tokens_details": {"reasoning_tokens": getattr(reply, "reasoning_tokens", 0)},
+        "total_tokens": reply.input_tokens + reply.output_tokens,
+    }
+    yield "response.created", {"type": "response.created", "response": response}
+    yield (
+        "response.output_item.added",
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": started,
+        },
+    )
+    name, data = delta
+    yield name, {"type": name, "output_index": 0, "item_id": item["id"], **data}
+    yield (
+        "response.output_item.done",
+        {
+            "type": "response.output_item.done",
+            "output_index": 0,
+            "item": item,
+        },
+    )
+    done = {**response, "status": "completed", "output": [item], "usage": usage}
+    yield "response.completed", {"type": "response.completed", "response": done}

@@ -49,7 +49,7 @@ def agents():
 
 def run(spec: AgentSpec, tmp_path: Path, prompt: str, stage: str = "execute", **kw):
     workdir = tmp_path / "worktree"
-    workdir.mkdir(exist_ok=True)
+    workdir.mkdir(parents=True, exist_ok=True)
     kw.setdefault("timeout_s", 30)
     kw.setdefault("idle_timeout_s", None)
     kw.setdefault("source_env", SOURCE_ENV)
@@ -320,3 +320,18 @@ def test_a_failed_exit_is_explained_by_what_the_agents_output_says(tmp_path):
     assert result.error is not None
     assert result.error.startswith("agent 'claude-ish' exited with code 1: Claude Code's API")
     assert '"type"' not in result.error  # no raw JSON
+
+
+def test_env_args_tell_a_cli_what_it_would_not_read_from_its_environment(tmp_path):
+    definition = {
+        "command": ["{python}", "-c", "import sys; print(sys.argv[1:])"],
+        "env": ["MODEL_URL"],
+        "env_args": {"MODEL_URL": ["-c", 'base_url="{value}"']},
+    }
+    spec = parse_agent("cli", definition)
+    told = run(spec, tmp_path, "hi", source_env={"PATH": os.environ["PATH"], "MODEL_URL": "u"})
+    assert told.text.strip() == """['-c', 'base_url="u"']"""
+    untold = run(spec, tmp_path / "again", "hi", source_env={"PATH": os.environ["PATH"]})
+    assert untold.text.strip() == "[]"
+    with pytest.raises(AgentConfigError, match="`env_args` names OTHER, not in `env`"):
+        parse_agent("cli", {**definition, "env_args": {"OTHER": ["-x"]}})

@@ -1,0 +1,67 @@
+"""What every real-CLI test needs: the pinned CLIs, a sandbox that shows them, a worktree."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from bot.settings import Settings
+from tasks.agents import AgentResult, load_agents, run_agent
+from tasks.sandbox import Sandbox
+from tests.model_server import ModelServer
+
+CLIS = Path(__file__).resolve().parent.parent / "agents" / "node_modules"
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Sandbox:
+    """The worker's sandbox, with the pinned CLIs readable inside it."""
+    settings = Settings.from_env({"WEBHOOK_SECRET": "s", "GAFFER_HOME": str(tmp_path / "home")})
+    shown = {"sandbox": {"read_only": [str(CLIS)]}}
+    return Sandbox.from_settings(dataclasses.replace(settings, server_config=shown), {})
+
+
+@pytest.fixture
+def worktree(tmp_path: Path) -> Path:
+    path = tmp_path / "worktree"
+    path.mkdir()
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    (path / "README.md").write_text("# widgets\n")
+    return path
+
+
+def run_cli(
+    agent: str,
+    env: dict[str, str],
+    worktree: Path,
+    job_dir: Path,
+    sandbox: Sandbox,
+    *,
+    model: str,
+    stage: str = "execute",
+    prompt: str = "Add hello.py.",
+    budget: Decimal | None = None,
+) -> AgentResult:
+    """Run a shipped agent as gaffer's stage runner does, with the pinned CLIs on PATH."""
+    return run_agent(
+        load_agents()[agent],
+        stage=stage,
+        prompt=prompt,
+        workdir=worktree,
+        job_dir=job_dir,
+        model=model,
+        timeout_s=120,
+        idle_timeout_s=60,
+        source_env={"PATH": f"{CLIS / '.bin'}:{os.environ['PATH']}", **env},
+        spend_limit_usd=budget,
+        sandbox=sandbox,
+    )
+
+
+def models_asked(server: ModelServer) -> set[str]:
+    return {r["body"].get("model") for r in server.requests if r.get("body")}
