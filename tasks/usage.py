@@ -575,11 +575,10 @@ AIDER_COST = re.compile(r"Cost: \$([\d.]+) (?:message|request), \$([\d.]+) sessi
 AIDER_MODEL = re.compile(r"^(?:Main model|Model): (\S+)", re.MULTILINE)
 AIDER_ERROR = re.compile(r"^(?:litellm\.)?(\w+Error): .*$", re.MULTILINE)
 AIDER_TRACEBACK = "Traceback (most recent call last):"
-# What aider prints before its answer, one line each.
+# The lines of aider's banner, printed before its answer.
 AIDER_BANNER = re.compile(
     r"(?:Aider v\d|Main model: |Weak model: |Editor model: |Git repo: |Repo-map: "
-    r"|Warning: |Newer aider version|Run: |https://aider\.chat/|Added .* to the chat"
-    r"|Use /help|\s*$)"
+    r"|https://aider\.chat/HISTORY)"
 )
 AIDER_CHATTER = re.compile(r"(?:Tokens: |Cost: |Warning: (?:Input|Output) is not a terminal)")
 SUFFIX = {"": 1, "k": 1_000, "M": 1_000_000}
@@ -645,8 +644,11 @@ def _aider_text(output: str) -> str:
     """Return what aider answered: without its banner, terminal warnings, release-notes
     pointer, and token and cost reports."""
     lines = output.splitlines(keepends=True)
-    start = 0
-    while start < len(lines) and AIDER_BANNER.match(lines[start]):
+    # Everything up to aider's banner is start-up noise (warnings, a refused price-list
+    # download); the answer begins after the banner and the blank lines that follow it.
+    banner = [i for i, line in enumerate(lines[:60]) if AIDER_BANNER.match(line)]
+    start = banner[-1] + 1 if banner else 0
+    while start < len(lines) and not lines[start].strip():
         start += 1
     return "".join(line for line in lines[start:] if not AIDER_CHATTER.match(line))
 

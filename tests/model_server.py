@@ -1,5 +1,6 @@
 """A model server on loopback for the real agent CLIs: Anthropic's Messages API
-(`/v1/messages`) and OpenAI's Responses API (`/v1/responses`).
+(`/v1/messages`), OpenAI's Responses API (`/v1/responses`) and Chat Completions
+(`/v1/chat/completions`, whole answers only).
 
 Each model call takes the next scripted reply (the last one repeats): a text answer, a
 tool call, an HTTP error with headers, or a slow stream. Streaming calls get server-sent
@@ -111,6 +112,9 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
             if self.path.startswith("/v1/responses"):
                 self._respond_openai(body)
                 return
+            if self.path.startswith("/v1/chat/completions"):
+                self._complete_chat(body)
+                return
             if not self.path.startswith("/v1/messages") or "count_tokens" in self.path:
                 server.requests.append({"path": self.path, "method": "POST", "body": body})
                 self._json(200, {"input_tokens": 100})
@@ -132,6 +136,32 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
                 self._json(reply.status, {"error": error}, reply.headers)
                 return
             self._sse(_openai_events(reply, body))
+
+        def _complete_chat(self, body: dict[str, Any]) -> None:
+            reply = server.next_reply({"path": self.path, "method": "POST", "body": body})
+            if isinstance(reply, Refusal):
+                code = {401: "invalid_api_key", 429: "rate_limit_exceeded"}.get(reply.status)
+                error = {"message": reply.message, "type": reply.kind, "code": code}
+                self._json(reply.status, {"error": error}, reply.headers)
+                return
+            if isinstance(reply, ToolCall):
+                raise ValueError("chat completions here answer with text only")
+            usage = {
+                "prompt_tokens": reply.input_tokens,
+                "completion_tokens": reply.output_tokens,
+                "total_tokens": reply.input_tokens + reply.output_tokens,
+            }
+            message = {"role": "assistant", "content": reply.text}
+            choice = {"index": 0, "message": message, "finish_reason": "stop"}
+            completion = {
+                "id": f"chatcmpl-{time.monotonic_ns()}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model") or "gpt-4.1",
+                "choices": [choice],
+                "usage": usage,
+            }
+            self._json(200, completion)
 
         def _sse(self, events: Iterator[tuple[str, dict[str, Any]]]) -> None:
             self.send_response(200)

@@ -15,7 +15,9 @@ from tasks.agents import AgentResult, load_agents, run_agent
 from tasks.sandbox import Sandbox
 from tests.model_server import ModelServer
 
-CLIS = Path(__file__).resolve().parent.parent / "agents" / "node_modules"
+# Installed by `make test`: the npm CLIs in node_modules, aider in a virtualenv of its own.
+CLIS = Path(__file__).resolve().parent.parent / "agents"
+CLI_PATH = f"{CLIS / 'node_modules' / '.bin'}:{CLIS / 'aider' / 'bin'}"
 
 
 @pytest.fixture
@@ -57,7 +59,7 @@ def run_cli(
         model=model,
         timeout_s=120,
         idle_timeout_s=60,
-        source_env={"PATH": f"{CLIS / '.bin'}:{os.environ['PATH']}", **env},
+        source_env={"PATH": f"{CLI_PATH}:{os.environ['PATH']}", **env},
         spend_limit_usd=budget,
         sandbox=sandbox,
     )

@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from bot.models import Job, PlanState
 from tasks.gitcmd import git
-from tests.agent_clis.conftest import CLIS
+from tests.agent_clis.conftest import CLI_PATH, CLIS
 from tests.in_process import InProcess
 from tests.model_server import Text, ToolCall, model_server
 from tests.reliability.conftest import send_comment
@@ -29,7 +29,7 @@ def with_claude(here: InProcess, monkeypatch) -> InProcess:
     wctx.settings = dataclasses.replace(wctx.settings, default_agent="claude")  # type: ignore[attr-defined]
     monkeypatch.setitem(wctx.settings.server_config, "sandbox", {"read_only": [str(CLIS)]})  # type: ignore[attr-defined]
     wctx.__dict__.pop("sandbox", None)
-    monkeypatch.setenv("PATH", f"{CLIS / '.bin'}:{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{CLI_PATH}:{os.environ['PATH']}")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
     return here
 
