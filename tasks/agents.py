@@ -404,16 +404,13 @@ def run_agent(
         "stage": stage,
         "python": sys.executable,
     }
-    argv = render_argv(spec, stage, values)
     env = sandbox_env(
         allow=spec.env,
         source=source_env,
         home=job_dir / "home",
         extra={**dict(spec.set_env), "GAFFER_STAGE": stage, **worktree_mark(workdir)},
     )
-    for env_name, args in spec.env_args:
-        if env.get(env_name):
-            argv += [arg.replace("{value}", env[env_name]) for arg in args]
+    argv = _command(spec, stage, values, env)
     if shutil.which(argv[0], path=env["PATH"]) is None:
         return _not_installed(spec, argv[0])
     if too_long := [arg for arg in argv if len(arg.encode()) >= MAX_ARG_BYTES]:
@@ -464,6 +461,17 @@ def run_agent(
     return AgentResult(
         parsed.text if failure is None else "", failure is None, failure, run, usage, parsed.quota
     )
+
+
+def _command(
+    spec: AgentSpec, stage: str, values: Mapping[str, str], env: Mapping[str, str]
+) -> list[str]:
+    """Return the stage's argv, with the env_args of each env name set for the agent."""
+    argv = render_argv(spec, stage, values)
+    for env_name, args in spec.env_args:
+        if env.get(env_name):
+            argv += [arg.replace("{value}", env[env_name]) for arg in args]
+    return argv
 
 
 class SpendMeter:
