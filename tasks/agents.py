@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
@@ -50,6 +50,7 @@ KEYS = frozenset(
         "set_env",
         "ignore",
         "env_args",
+        "home_files",
     }
 )
 # Linux refuses one argv string longer than this (MAX_ARG_STRLEN, 128 KiB) with E2BIG.
@@ -99,6 +100,9 @@ class AgentSpec:
     # Arguments added when one of its env names is set on the worker, `{value}` standing for
     # the value: how a CLI that ignores a variable (Codex and OPENAI_BASE_URL) is told.
     env_args: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # Files written into the run's fresh home before it starts (path in the home: text),
+    # for settings a CLI reads only from a file, e.g. Gemini CLI's auth type.
+    home_files: tuple[tuple[str, str], ...] = ()
 
     def memory_limit_mb(self, server_default: int | None) -> int | None:
         """Return the agent's memory limit in MB, or None for no limit."""
@@ -230,7 +234,24 @@ def parse_agent(name: str, raw: Any) -> AgentSpec:
         set_env=_set_env(name, raw),
         ignore=_strings(name, "ignore", raw.get("ignore", []), empty_ok=True),
         env_args=_env_args(name, raw, env),
+        home_files=_home_files(name, raw),
     )
+
+
+def _home_files(name: str, raw: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """Read `home_files:`, relative paths inside the home mapped to their text."""
+    files = raw.get("home_files") or {}
+    if not isinstance(files, Mapping) or not all(
+        isinstance(path, str) and isinstance(text, str) for path, text in files.items()
+    ):
+        raise AgentConfigError(f"agent {name!r}: `home_files` must map paths to text")
+    for path in files:
+        parts = PurePosixPath(path).parts
+        if not parts or PurePosixPath(path).is_absolute() or ".." in parts:
+            raise AgentConfigError(
+                f"agent {name!r}: `home_files` path {path!r} must stay inside the home"
+            )
+    return tuple(files.items())
 
 
 def _env_args(
@@ -404,6 +425,10 @@ def run_agent(
         "stage": stage,
         "python": sys.executable,
     }
+    for relative, text in spec.home_files:
+        written = job_dir / "home" / relative
+        written.parent.mkdir(parents=True, exist_ok=True)
+        written.write_text(text, encoding="utf-8")
     env = sandbox_env(
         allow=spec.env,
         source=source_env,

@@ -1,6 +1,7 @@
 """A model server on loopback for the real agent CLIs: Anthropic's Messages API
 (`/v1/messages`), OpenAI's Responses API (`/v1/responses`) and Chat Completions
-(`/v1/chat/completions`, whole answers only).
+(`/v1/chat/completions`, whole answers only), and Gemini's generateContent
+(`/v1beta/models/…`).
 
 Each model call takes the next scripted reply (the last one repeats): a text answer, a
 tool call, an HTTP error with headers, or a slow stream. Streaming calls get server-sent
@@ -115,6 +116,9 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
             if self.path.startswith("/v1/chat/completions"):
                 self._complete_chat(body)
                 return
+            if self.path.startswith("/v1beta/models/"):
+                self._generate_gemini(body)
+                return
             if not self.path.startswith("/v1/messages") or "count_tokens" in self.path:
                 server.requests.append({"path": self.path, "method": "POST", "body": body})
                 self._json(200, {"input_tokens": 100})
@@ -163,6 +167,23 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
             }
             self._json(200, completion)
 
+        def _generate_gemini(self, body: dict[str, Any]) -> None:
+            if ":countTokens" in self.path:
+                self._json(200, {"totalTokens": 100})
+                return
+            model = self.path.split("/models/", 1)[1].split(":", 1)[0]
+            reply = server.next_reply({"path": self.path, "method": "POST", "body": body})
+            if isinstance(reply, Refusal):
+                status = {401: "UNAUTHENTICATED", 429: "RESOURCE_EXHAUSTED"}.get(reply.status)
+                error = {"code": reply.status, "message": reply.message, "status": status}
+                self._json(reply.status, {"error": error}, reply.headers)
+                return
+            chunk = _gemini_chunk(reply, model)
+            if "alt=sse" in self.path:
+                self._sse(iter([("", chunk)]))
+            else:
+                self._json(200, chunk)
+
         def _sse(self, events: Iterator[tuple[str, dict[str, Any]]]) -> None:
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
@@ -170,7 +191,8 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.close_connection = True
             for name, data in events:
-                self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+                head = f"event: {name}\n" if name else ""
+                self.wfile.write(f"{head}data: {json.dumps(data)}\n\n".encode())
                 self.wfile.flush()
 
         def _json(self, status: int, data: Any, headers: dict[str, str] | None = None) -> None:
@@ -314,3 +336,22 @@ def _openai_events(
     )
     done = {**response, "status": "completed", "output": [item], "usage": usage}
     yield "response.completed", {"type": "response.completed", "response": done}
+
+
+def _gemini_chunk(reply: Text | ToolCall, model: str) -> dict[str, Any]:
+    """A whole generateContent answer: the text or function call, and its usage."""
+    if isinstance(reply, ToolCall):
+        part: dict[str, Any] = {"functionCall": {"name": reply.name, "args": reply.arguments}}
+    else:
+        part = {"text": reply.text}
+    candidate = {
+        "content": {"parts": [part], "role": "model"},
+        "finishReason": "STOP",
+        "index": 0,
+    }
+    usage = {
+        "promptTokenCount": reply.input_tokens,
+        "candidatesTokenCount": reply.output_tokens,
+        "totalTokenCount": reply.input_tokens + reply.output_tokens,
+    }
+    return {"candidates": [candidate], "usageMetadata": usage, "modelVersion": model}

@@ -274,6 +274,12 @@ def test_script_agent_runs_with_the_worktree_off_sys_path(agents, tmp_path):
         pytest.param(
             {"set_env": {"WEBHOOK_SECRET": "x"}}, "a gaffer secret", id="set_env naming a secret"
         ),
+        pytest.param(
+            {"home_files": {"../escape": "x"}}, "must stay inside the home", id="home file outside"
+        ),
+        pytest.param(
+            {"home_files": {"/etc/x": "x"}}, "must stay inside the home", id="home file absolute"
+        ),
     ],
 )
 def test_bad_stdin_and_set_env_are_refused(definition, error):
