@@ -67,3 +67,14 @@ def run_cli(
 
 def models_asked(server: ModelServer) -> set[str]:
     return {r["body"].get("model") for r in server.requests if r.get("body")}
+
+
+def attempted(job_dir: Path) -> set[str]:
+    """Return every host:port the run tried to reach, allowed or refused (its egress log)."""
+    log = job_dir / "egress.log"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return {line.split()[1].rstrip(":") for line in lines if line.strip()}
+
+
+def only_the_model_server(server: ModelServer) -> set[str]:
+    return {server.url.removeprefix("http://")}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tasks.agents import AgentResult
 from tasks.sandbox import Sandbox
-from tests.agent_clis.conftest import models_asked, run_cli
+from tests.agent_clis.conftest import attempted, models_asked, only_the_model_server, run_cli
 from tests.model_server import ModelServer, Text, model_server
 
 MODEL = "openai/gpt-4.1"
@@ -31,6 +31,7 @@ def test_execute_lands_the_edit_and_counts_what_the_server_reported(
 ) -> None:
     with model_server([Text(EDIT, input_tokens=1500, output_tokens=60)]) as server:
         result = aider(server, worktree, tmp_path / "job", sandbox)
+    assert attempted(tmp_path / "job") == only_the_model_server(server)
     assert result.ok, result.error
     assert (worktree / "hello.py").read_text() == "print(1)\n"
     assert result.usage is not None

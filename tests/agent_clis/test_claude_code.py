@@ -14,7 +14,7 @@ from tasks.agents import AgentResult
 from tasks.pricing import price
 from tasks.sandbox import Sandbox
 from tasks.usage import Usage
-from tests.agent_clis.conftest import models_asked, run_cli
+from tests.agent_clis.conftest import attempted, models_asked, only_the_model_server, run_cli
 from tests.model_server import ModelServer, Refusal, Reply, Text, ToolCall, model_server
 
 MODEL = "claude-sonnet-4-5"
@@ -56,6 +56,7 @@ def test_execute_lands_the_edit_and_records_what_the_server_billed(
 ) -> None:
     with model_server(write_hello(worktree)) as server:
         result = claude(server, worktree, tmp_path / "job", sandbox)
+    assert attempted(tmp_path / "job") == only_the_model_server(server)
     assert result.ok, result.error
     assert (worktree / "hello.py").read_text() == "print(1)\n"
     assert result.text == "Added hello.py."

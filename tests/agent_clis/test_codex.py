@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tasks.agents import AgentResult
 from tasks.sandbox import Sandbox
-from tests.agent_clis.conftest import models_asked, run_cli
+from tests.agent_clis.conftest import attempted, models_asked, only_the_model_server, run_cli
 from tests.model_server import ModelServer, Text, ToolCall, model_server
 
 MODEL = "gpt-5"
@@ -37,6 +37,7 @@ def test_execute_lands_the_edit_and_counts_what_the_server_reported(
 ) -> None:
     with model_server(write_hello(worktree)) as server:
         result = codex(server, worktree, tmp_path / "job", sandbox)
+    assert attempted(tmp_path / "job") == only_the_model_server(server)
     assert result.ok, result.error
     assert (worktree / "hello.py").read_text() == "print(1)\n"
     assert result.text.strip() == "Added hello.py."
