@@ -323,8 +323,8 @@ def _claude_result_usage(result: Mapping[str, Any], model: str | None) -> Usage:
 def _api_message(text: str) -> str:
     """Return the message of an API error body quoted in text (`API Error: 429 {…}`), or text."""
     start = text.find("{")
-    body = _load(text[start:]) if start >= 0 else None
-    message = _dict(_dict(body).get("error")).get("message")
+    body = _dict(_load(text[start:]) if start >= 0 else None)
+    message = _dict(body.get("error")).get("message") or body.get("message")
     return str(message) if message else text
 
 
@@ -395,6 +395,33 @@ def claude_retry_verdict(event: Mapping[str, Any]) -> RetryVerdict | None:
         wait = _int(event.get("retry_delay_ms")) / 1000 or None
         reason = f"Claude API rate limit ({kind or status})"
         return RetryVerdict(f"Claude Code was stopped: {reason}", QuotaHit(reason, wait))
+    return None
+
+
+# Lines in which a CLI says it is retrying a refused call, by the shape that CLI prints
+# them in (never words an answer could contain): aider's litellm errors, Gemini CLI's retry
+# notes, Codex's error events. The first group names a rate limit; else the key was refused.
+_RETRYING = (
+    re.compile(r"^litellm\.(?:(RateLimitError)|AuthenticationError): "),
+    re.compile(r"^Attempt \d+ failed with status (?:(429)|40[13])\b"),
+    re.compile(r'^\{"type":"error","message":"Reconnecting\.\.\. .*status:? (?:(429)|40[13])\b'),
+)
+
+
+def retry_verdict_of_line(line: str, now: datetime | None = None) -> RetryVerdict | None:
+    """Read a retry note that waiting cannot fix from aider, Gemini CLI or Codex.
+
+    A rate limit parks the job until the time the message gives (or gaffer's backoff); a
+    refused key fails it. The CLIs would otherwise retry for minutes, holding a slot.
+    """
+    for pattern in _RETRYING:
+        if match := pattern.match(line):
+            said = _reason(_api_message(line))
+            if match[1]:
+                wait = retry_after_s(line, _now(now))
+                hit = QuotaHit(f"the provider's rate limit ({said})", wait)
+                return RetryVerdict(f"the agent was stopped at {hit.reason}", hit)
+            return RetryVerdict(f"the provider refused the agent's credentials ({said})")
     return None
 
 
@@ -762,6 +789,8 @@ class LiveUsage:
         event = _load(line.strip()) if line.strip().startswith("{") else None
         if isinstance(event, dict):
             self.feed_event(event)
+        if self.verdict is None:
+            self.verdict = retry_verdict_of_line(line.strip())
 
     def feed_event(self, event: Mapping[str, Any]) -> None:
         """Take one decoded event."""

@@ -12,7 +12,7 @@ from pathlib import Path
 from tasks.agents import AgentResult
 from tasks.sandbox import Sandbox
 from tests.agent_clis.conftest import attempted, models_asked, only_the_model_server, run_cli
-from tests.model_server import ModelServer, Text, ToolCall, model_server
+from tests.model_server import ModelServer, Refusal, Text, ToolCall, model_server
 
 MODEL = "gpt-5"
 
@@ -67,3 +67,26 @@ def test_a_prompt_past_the_argument_limit_reaches_the_model_whole(
     assert result.ok, result.error
     asked = [r for r in server.requests if r["path"].startswith("/v1/responses") and r.get("body")]
     assert "THE END" in str(asked[0]["body"]["input"])
+
+
+def test_a_rate_limit_parks_the_job_instead_of_minutes_of_retries(
+    worktree: Path, tmp_path: Path, sandbox: Sandbox
+) -> None:
+    limited = Refusal(429, "Rate limit reached.", {"retry-after": "40"})
+    with model_server([limited]) as server:
+        result = codex(server, worktree, tmp_path / "job", sandbox)
+    assert not result.ok and result.quota is not None
+    assert result.error is not None and "rate limit" in result.error
+    calls = [r for r in server.requests if r["method"] == "POST"]
+    assert len(calls) == 1  # stopped at its first retry, not after minutes of them
+
+
+def test_a_refused_key_fails_at_once_with_a_readable_reason(
+    worktree: Path, tmp_path: Path, sandbox: Sandbox
+) -> None:
+    with model_server([Refusal(401, "invalid api key")]) as server:
+        result = codex(server, worktree, tmp_path / "job", sandbox)
+    assert not result.ok and result.quota is None
+    assert result.error is not None
+    assert result.error.startswith("the provider refused the agent's credentials")
+    assert "invalid api key" in result.error

@@ -13,7 +13,7 @@ from pathlib import Path
 from tasks.agents import AgentResult
 from tasks.sandbox import Sandbox
 from tests.agent_clis.conftest import attempted, only_the_model_server, run_cli
-from tests.model_server import ModelServer, Text, ToolCall, model_server
+from tests.model_server import ModelServer, Refusal, Text, ToolCall, model_server
 
 MODEL = "gemini-2.5-pro"
 
@@ -63,3 +63,14 @@ def test_a_prompt_past_the_argument_limit_reaches_the_model_whole(
         result = gemini(server, worktree, tmp_path / "job", sandbox, prompt=prompt)
     assert result.ok, result.error
     assert "THE END" in str(server.requests[-1]["body"]["contents"])
+
+
+def test_a_rate_limit_parks_the_job_with_the_servers_wait(
+    worktree: Path, tmp_path: Path, sandbox: Sandbox
+) -> None:
+    limited = Refusal(429, "Rate limit reached. Please try again in 40s.")
+    with model_server([limited]) as server:
+        result = gemini(server, worktree, tmp_path / "job", sandbox)
+    assert not result.ok and result.quota is not None
+    assert result.quota.retry_after_s == 40
+    assert len([r for r in server.requests if ":countTokens" not in r["path"]]) == 1

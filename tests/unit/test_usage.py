@@ -27,7 +27,14 @@ from pathlib import Path
 import pytest
 
 from tasks.agents import PARSERS
-from tasks.usage import LiveUsage, QuotaHit, Usage, retry_after_s, sum_usage
+from tasks.usage import (
+    LiveUsage,
+    QuotaHit,
+    Usage,
+    retry_after_s,
+    retry_verdict_of_line,
+    sum_usage,
+)
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "agents"
 # 2025-06-23 18:00 UTC: two hours before the epoch in claude-usage-limit.json.
@@ -492,3 +499,40 @@ def test_aiders_wait_is_read_across_its_80_column_wrap():
     parsed = parse("aider-rate-limit-wrapped.txt")
     assert parsed.quota is not None
     assert parsed.quota.retry_after_s == 20
+
+
+@pytest.mark.parametrize(
+    ("line", "wait"),
+    [
+        pytest.param(
+            "litellm.RateLimitError: RateLimitError: OpenAIException - try again in 20s.",
+            20,
+            id="aider",
+        ),
+        pytest.param(
+            'Attempt 1 failed with status 429. Retrying with backoff... _ApiError: {"error":'
+            '{"code":429,"message":"Please try again in 40s.","status":"RESOURCE_EXHAUSTED"}}',
+            40,
+            id="gemini",
+        ),
+        pytest.param(
+            '{"type":"error","message":"Reconnecting... 1/5 (exceeded retry limit, last '
+            'status: 429 Too Many Requests)"}',
+            None,
+            id="codex",
+        ),
+    ],
+)
+def test_a_cli_retrying_a_rate_limit_is_a_verdict_with_its_wait(line, wait):
+    verdict = retry_verdict_of_line(line, NOW)
+    assert verdict is not None and verdict.quota is not None
+    assert verdict.quota.retry_after_s == wait
+
+
+def test_an_answer_that_talks_about_rate_limits_is_no_verdict():
+    for line in (
+        "Handle RateLimitError: retry after 429 Too Many Requests.",
+        "The test prints: Attempt 1 failed with status 429.",  # not at the line's start
+        '{"type":"item.completed","item":{"text":"last status: 429"}}',
+    ):
+        assert retry_verdict_of_line(line, NOW) is None
