@@ -17,9 +17,10 @@ $(SPEC): tests/contract/package.json tests/contract/package-lock.json
 	touch $@
 
 # The real agent CLIs the contract tests run against a local model server, pinned: the
-# npm ones, and aider in a virtualenv of its own (its pins are not gaffer's).
+# npm ones (`install`, not `ci`: the registry here lacks OpenCode's builds for other
+# platforms, which `ci` wants in the lock), and aider in a virtualenv of its own.
 $(AGENT_CLIS): tests/agents/package.json tests/agents/package-lock.json tests/agents/requirements-aider.txt
-	npm ci --prefix tests/agents --no-audit --no-fund --loglevel=error
+	npm install --prefix tests/agents --no-audit --no-fund --loglevel=error
 	python3 -m venv tests/agents/aider
 	tests/agents/aider/bin/python -m pip install --quiet -r tests/agents/requirements-aider.txt
 	touch $@

@@ -69,11 +69,14 @@ def models_asked(server: ModelServer) -> set[str]:
     return {r["body"].get("model") for r in server.requests if r.get("body")}
 
 
-def attempted(job_dir: Path) -> set[str]:
-    """Return every host:port the run tried to reach, allowed or refused (its egress log)."""
+def attempted(job_dir: Path, verdict: str = "") -> set[str]:
+    """Return every host:port the run tried to reach (its egress log), or those with one
+    verdict (`allowed`, `refused`)."""
     log = job_dir / "egress.log"
-    lines = log.read_text().splitlines() if log.exists() else []
-    return {line.split()[1].rstrip(":") for line in lines if line.strip()}
+    lines = log.read_text().split("\n") if log.exists() else []
+    return {
+        line.split()[1].rstrip(":") for line in lines if line.strip() and line.startswith(verdict)
+    }
 
 
 def only_the_model_server(server: ModelServer) -> set[str]:
