@@ -585,7 +585,7 @@ def parse_gemini_json(output: str, *, now: datetime | None = None) -> AgentOutpu
     error = _dict(doc.get("error"))
     if not error:
         return _output(str(doc.get("response") or ""), None, usage)
-    message = str(error.get("message") or error.get("type") or "unknown error")
+    message = _api_message(str(error.get("message") or error.get("type") or "unknown error"))
     return _output(
         str(doc.get("response") or ""),
         f"Gemini CLI failed: {message}",

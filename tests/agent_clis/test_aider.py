@@ -11,7 +11,7 @@ from pathlib import Path
 from tasks.agents import AgentResult
 from tasks.sandbox import Sandbox
 from tests.agent_clis.conftest import attempted, models_asked, only_the_model_server, run_cli
-from tests.model_server import ModelServer, Text, model_server
+from tests.model_server import ModelServer, Refusal, Text, model_server
 
 MODEL = "openai/gpt-4.1"
 EDIT = (
@@ -49,3 +49,13 @@ def test_planning_makes_no_edit_and_posts_no_banner(
     assert result.ok, result.error
     assert result.text.strip() == answer
     assert not (worktree / "hello.py").exists()
+
+
+def test_a_refused_key_fails_at_once_with_the_providers_words(
+    worktree: Path, tmp_path: Path, sandbox: Sandbox
+) -> None:
+    with model_server([Refusal(401, "invalid api key")]) as server:
+        result = aider(server, worktree, tmp_path / "job", sandbox)
+    assert not result.ok and result.quota is None
+    assert result.error is not None
+    assert result.error.startswith("the provider refused the agent's credentials")

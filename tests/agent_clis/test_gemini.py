@@ -74,3 +74,14 @@ def test_a_rate_limit_parks_the_job_with_the_servers_wait(
     assert not result.ok and result.quota is not None
     assert result.quota.retry_after_s == 40
     assert len([r for r in server.requests if ":countTokens" not in r["path"]]) == 1
+
+
+def test_a_refused_key_fails_with_the_providers_words(
+    worktree: Path, tmp_path: Path, sandbox: Sandbox
+) -> None:
+    with model_server([Refusal(401, "API key not valid.")]) as server:
+        result = gemini(server, worktree, tmp_path / "job", sandbox)
+    assert not result.ok and result.quota is None
+    assert result.error is not None and result.error.endswith(
+        "Gemini CLI failed: API key not valid."
+    )

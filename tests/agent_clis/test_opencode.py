@@ -11,7 +11,7 @@ from pathlib import Path
 from tasks.agents import AgentResult
 from tasks.sandbox import Sandbox
 from tests.agent_clis.conftest import attempted, only_the_model_server, run_cli
-from tests.model_server import ModelServer, Text, ToolCall, model_server
+from tests.model_server import ModelServer, Refusal, Text, ToolCall, model_server
 
 MODEL = "anthropic/claude-sonnet-4-5"
 
@@ -64,3 +64,12 @@ def test_a_prompt_past_the_argument_limit_reaches_the_model_whole(
         result = opencode(server, worktree, tmp_path / "job", sandbox, prompt=prompt)
     assert result.ok, result.error
     assert "THE END" in str(server.message_requests()[0]["body"]["messages"])
+
+
+def test_a_refused_key_fails_with_the_providers_words(
+    worktree: Path, tmp_path: Path, sandbox: Sandbox
+) -> None:
+    with model_server([Refusal(401, "invalid x-api-key")]) as server:
+        result = opencode(server, worktree, tmp_path / "job", sandbox)
+    assert not result.ok and result.quota is None
+    assert result.error is not None and result.error.endswith("OpenCode failed: invalid x-api-key")
