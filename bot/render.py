@@ -189,6 +189,17 @@ def status_reply(plan: Plan | None) -> str:
     )
 
 
+def denied_calls(stage: str, denials: Sequence[str]) -> str:
+    """Tell the issue which tool calls the agent's own permissions refused in a stage."""
+    shown = ", ".join(f"`{each}`" for each in denials[:10])
+    more = f" and {len(denials) - 10} more" if len(denials) > 10 else ""
+    return (
+        f"During {stage}, the agent's own permissions refused {len(denials)} tool "
+        f"call{'s' if len(denials) > 1 else ''}: {shown}{more}. Its work may be missing what "
+        "those calls would have done (a test run, say); the checks below are gaffer's own."
+    )
+
+
 def config_error(message: str) -> str:
     """Render the reply about an invalid .github/gaffer.yml."""
     return f"gaffer cannot use `.github/gaffer.yml` from the default branch: {message}"

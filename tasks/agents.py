@@ -75,6 +75,8 @@ class AgentOutput:
     error: str | None = None
     usage: Usage | None = None
     quota: QuotaHit | None = None
+    # Tool calls the CLI's own permissions refused, named for a person: `Bash(pytest -q)`.
+    denials: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,7 @@ class AgentResult:
     usage: Usage | None = None
     quota: QuotaHit | None = None
     over_budget: bool = False
+    denials: tuple[str, ...] = ()
 
 
 def parse_text(output: str) -> AgentOutput:
@@ -484,7 +487,13 @@ def run_agent(
         return AgentResult("", False, verdict.error, run, usage, verdict.quota or parsed.quota)
     failure = _failure(spec, run, timeout_s, idle_timeout_s, parsed.error) or parsed.error
     return AgentResult(
-        parsed.text if failure is None else "", failure is None, failure, run, usage, parsed.quota
+        parsed.text if failure is None else "",
+        failure is None,
+        failure,
+        run,
+        usage,
+        parsed.quota,
+        denials=parsed.denials,
     )
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from bot.github import RepoClient
 from bot.models import Job, JobState, Plan, PlanRevision, PlanState
 from bot.plans import advance
+from bot.render import denied_calls
 from bot.repo_config import RepoConfig, fetch_repo_config
 from bot.snapshots import Snapshot, revision_snapshot
 from bot.states import Event
@@ -202,6 +203,8 @@ def _agent(space: Workspace, stage: str, prompt: str) -> AgentResult:
         raise StopWork("stopped: the plan was cancelled")
     if not result.ok:
         raise StopWork(result.error or "the agent failed")
+    if result.denials:
+        space.client.reply(space.plan.issue_number, denied_calls(stage, result.denials))
     return result
 
 

@@ -171,12 +171,13 @@ def _output(
     error: str | None = None,
     usage: Usage | None = None,
     quota: QuotaHit | None = None,
+    denials: tuple[str, ...] = (),
 ) -> AgentOutput:
     """Build the parser result."""
     # Imported here because tasks.agents imports this module to register the parsers.
     from tasks.agents import AgentOutput
 
-    return AgentOutput(text=text, error=error, usage=usage, quota=quota)
+    return AgentOutput(text=text, error=error, usage=usage, quota=quota, denials=denials)
 
 
 # --- quota endings and reset times ------------------------------------------------------
@@ -472,7 +473,20 @@ def parse_claude_json(output: str, *, now: datetime | None = None) -> AgentOutpu
         error=error,
         usage=_claude_result_usage(result, _claude_model(events)),
         quota=_claude_quota(result, events, moment) if error else None,
+        denials=_claude_denials(result),
     )
+
+
+def _claude_denials(result: Mapping[str, Any]) -> tuple[str, ...]:
+    """Name the tool calls Claude Code's permissions refused: `Bash(pytest -q)`."""
+    denied = result.get("permission_denials")
+    named = []
+    for entry in denied if isinstance(denied, list) else []:
+        call = _dict(entry)
+        given = _dict(call.get("tool_input"))
+        detail = given.get("command") or given.get("file_path") or ""
+        named.append(f"{call.get('tool_name') or 'a tool'}({str(detail)[:80]})")
+    return tuple(named)
 
 
 # --- Codex CLI (codex exec --json) --------------------------------------------------------

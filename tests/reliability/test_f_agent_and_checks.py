@@ -505,3 +505,35 @@ def test_what_an_agents_cli_leaves_behind_is_never_committed(here: InProcess, mo
     files = git(["ls-tree", "-r", "--name-only", plan.head_sha or ""], cwd=here.flow.origin)
     assert "fix.txt" in files.split()
     assert ".tool" not in files
+
+
+DENIED = {
+    "type": "result",
+    "subtype": "success",
+    "is_error": False,
+    "result": "Done, but I could not run the tests.",
+    "usage": {"input_tokens": 10, "output_tokens": 5},
+    "permission_denials": [
+        {"tool_name": "Bash", "tool_use_id": "t1", "tool_input": {"command": "pytest -q"}}
+    ],
+}
+
+
+def test_tool_calls_an_agents_own_permissions_refused_are_told_on_the_issue(
+    here: InProcess, monkeypatch
+) -> None:
+    code = (
+        "import json, os\n"
+        "if os.environ['GAFFER_STAGE'] == 'execute': open('x.txt', 'w').write('x')\n"
+        f"print(json.dumps({DENIED!r}))\n"
+    )
+    escaped = code.replace("{", "{{").replace("}", "}}")  # braces are placeholders there
+    claude_like = {"command": ["{python}", "-c", escaped], "output": "claude-json"}
+    monkeypatch.setitem(here.wctx.settings.server_config, "agents", {"script": claude_like})  # type: ignore[attr-defined]
+    here.to_review()
+    told = [c["body"] for c in here.flow.comments() if "permissions refused" in c["body"]]
+    assert told == [
+        "During execute, the agent's own permissions refused 1 tool call: `Bash(pytest -q)`. "
+        "Its work may be missing what those calls would have done (a test run, say); the "
+        "checks below are gaffer's own."
+    ]
