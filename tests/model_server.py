@@ -128,25 +128,21 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
                 error = {"type": "error", "error": {"type": reply.kind, "message": reply.message}}
                 self._json(reply.status, error, reply.headers)
             elif body.get("stream"):
-                self._stream(reply, body)
+                self._sse(_paced(_events(reply, body), reply))
             else:
                 self._json(200, _message(reply, body, final=True))
 
         def _respond_openai(self, body: dict[str, Any]) -> None:
             reply = server.next_reply({"path": self.path, "method": "POST", "body": body})
             if isinstance(reply, Refusal):
-                code = {401: "invalid_api_key", 429: "rate_limit_exceeded"}.get(reply.status)
-                error = {"message": reply.message, "type": reply.kind, "code": code}
-                self._json(reply.status, {"error": error}, reply.headers)
+                self._refuse_openai(reply)
                 return
             self._sse(_openai_events(reply, body))
 
         def _complete_chat(self, body: dict[str, Any]) -> None:
             reply = server.next_reply({"path": self.path, "method": "POST", "body": body})
             if isinstance(reply, Refusal):
-                code = {401: "invalid_api_key", 429: "rate_limit_exceeded"}.get(reply.status)
-                error = {"message": reply.message, "type": reply.kind, "code": code}
-                self._json(reply.status, {"error": error}, reply.headers)
+                self._refuse_openai(reply)
                 return
             if isinstance(reply, ToolCall):
                 raise ValueError("chat completions here answer with text only")
@@ -184,6 +180,11 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
             else:
                 self._json(200, chunk)
 
+        def _refuse_openai(self, reply: Refusal) -> None:
+            code = {401: "invalid_api_key", 429: "rate_limit_exceeded"}.get(reply.status)
+            error = {"message": reply.message, "type": reply.kind, "code": code}
+            self._json(reply.status, {"error": error}, reply.headers)
+
         def _sse(self, events: Iterator[tuple[str, dict[str, Any]]]) -> None:
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
@@ -205,19 +206,17 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(out)
 
-        def _stream(self, reply: Text | ToolCall, body: dict[str, Any]) -> None:
-            self.send_response(200)
-            self.send_header("content-type", "text/event-stream")
-            self.send_header("connection", "close")
-            self.end_headers()
-            self.close_connection = True
-            for name, data in _events(reply, body):
-                self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
-                self.wfile.flush()
-                if name == "content_block_delta" and isinstance(reply, Text):
-                    time.sleep(reply.seconds_between)
-
     return Handler
+
+
+def _paced(
+    events: Iterator[tuple[str, dict[str, Any]]], reply: Text | ToolCall
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Pause after each piece of text, as a slow stream does."""
+    for name, data in events:
+        yield name, data
+        if name == "content_block_delta" and isinstance(reply, Text):
+            time.sleep(reply.seconds_between)
 
 
 def _message(reply: Text | ToolCall, body: dict[str, Any], *, final: bool) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import pytest
 from bot.settings import Settings
 from tasks.agents import AgentResult, load_agents, run_agent
 from tasks.sandbox import Sandbox
-from tests.model_server import ModelServer
+from tests.model_server import ModelServer, Reply, Text, ToolCall
 
 # Installed by `make test`: the npm CLIs in node_modules, aider in a virtualenv of its own.
 CLIS = Path(__file__).resolve().parent.parent / "agents"
@@ -81,3 +81,12 @@ def attempted(job_dir: Path, verdict: str = "") -> set[str]:
 
 def only_the_model_server(server: ModelServer) -> set[str]:
     return {server.url.removeprefix("http://")}
+
+
+def shell_edit(tool: str, argument: str = "command", **extra: str) -> list[Reply]:
+    """Replies in which the model runs its CLI's shell tool to write hello.py, then answers."""
+    arguments = {argument: "printf 'print(1)\\n' > hello.py", **extra}
+    return [
+        ToolCall(tool, arguments, input_tokens=900, output_tokens=30),
+        Text("Added hello.py.", input_tokens=1100, output_tokens=40),
+    ]

@@ -11,8 +11,14 @@ from pathlib import Path
 
 from tasks.agents import AgentResult
 from tasks.sandbox import Sandbox
-from tests.agent_clis.conftest import attempted, models_asked, only_the_model_server, run_cli
-from tests.model_server import ModelServer, Refusal, Text, ToolCall, model_server
+from tests.agent_clis.conftest import (
+    attempted,
+    models_asked,
+    only_the_model_server,
+    run_cli,
+    shell_edit,
+)
+from tests.model_server import ModelServer, Refusal, Reply, Text, model_server
 
 MODEL = "gpt-5"
 
@@ -24,18 +30,16 @@ def codex(
     return run_cli("codex", env, worktree, job_dir, sandbox, model=MODEL, **options)
 
 
-def write_hello(worktree: Path) -> list:
-    command = "printf 'print(1)\\n' > hello.py"
-    return [
-        ToolCall("exec_command", {"cmd": command}, input_tokens=900, output_tokens=30),
-        Text("Added hello.py.", input_tokens=1100, output_tokens=40, reasoning_tokens=12),
-    ]
+def write_hello() -> list[Reply]:
+    """Codex's shell tool takes `cmd`; its last answer reports reasoning tokens apart."""
+    run, _ = shell_edit("exec_command", argument="cmd")
+    return [run, Text("Added hello.py.", input_tokens=1100, output_tokens=40, reasoning_tokens=12)]
 
 
 def test_execute_lands_the_edit_and_counts_what_the_server_reported(
     worktree: Path, tmp_path: Path, sandbox: Sandbox
 ) -> None:
-    with model_server(write_hello(worktree)) as server:
+    with model_server(write_hello()) as server:
         result = codex(server, worktree, tmp_path / "job", sandbox)
     assert attempted(tmp_path / "job") == only_the_model_server(server)
     assert result.ok, result.error

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from tasks.agents import AgentResult
 from tasks.sandbox import Sandbox
-from tests.agent_clis.conftest import attempted, only_the_model_server, run_cli
-from tests.model_server import ModelServer, Refusal, Text, ToolCall, model_server
+from tests.agent_clis.conftest import attempted, only_the_model_server, run_cli, shell_edit
+from tests.model_server import ModelServer, Refusal, Text, model_server
 
 MODEL = "gemini-2.5-pro"
 
@@ -25,18 +25,10 @@ def gemini(
     return run_cli("gemini", env, worktree, job_dir, sandbox, model=MODEL, **options)
 
 
-def write_hello() -> list:
-    command = {"command": "printf 'print(1)\\n' > hello.py", "description": "write hello.py"}
-    return [
-        ToolCall("run_shell_command", command, input_tokens=900, output_tokens=30),
-        Text("Added hello.py.", input_tokens=1100, output_tokens=40),
-    ]
-
-
 def test_execute_lands_the_edit_and_counts_what_the_server_reported(
     worktree: Path, tmp_path: Path, sandbox: Sandbox
 ) -> None:
-    with model_server(write_hello()) as server:
+    with model_server(shell_edit("run_shell_command", description="write hello.py")) as server:
         result = gemini(server, worktree, tmp_path / "job", sandbox)
     assert attempted(tmp_path / "job") == only_the_model_server(server)
     assert result.ok, result.error
@@ -49,7 +41,12 @@ def test_execute_lands_the_edit_and_counts_what_the_server_reported(
 
 
 def test_planning_makes_no_edit(worktree: Path, tmp_path: Path, sandbox: Sandbox) -> None:
-    with model_server([*write_hello()[:1], Text("1. Add hello.py.")]) as server:
+    with model_server(
+        [
+            *shell_edit("run_shell_command", description="write hello.py")[:1],
+            Text("1. Add hello.py."),
+        ]
+    ) as server:
         result = gemini(server, worktree, tmp_path / "job", sandbox, stage="plan")
     assert not (worktree / "hello.py").exists()
     assert result.usage is not None and result.usage.input_tokens > 0

@@ -14,9 +14,9 @@ from sqlalchemy import select
 
 from bot.models import Job, PlanState
 from tasks.gitcmd import git
-from tests.agent_clis.conftest import CLI_PATH, CLIS
+from tests.agent_clis.conftest import CLI_PATH, CLIS, shell_edit
 from tests.in_process import InProcess
-from tests.model_server import Text, ToolCall, model_server
+from tests.model_server import Text, model_server
 from tests.reliability.conftest import send_comment
 
 PLAN = "1. Add `hello.py`, which prints 1."
@@ -38,8 +38,7 @@ def test_claude_code_plans_edits_and_is_checked_through_gaffer(
     with_claude: InProcess, monkeypatch
 ) -> None:
     here = with_claude
-    edit = ToolCall("Bash", {"command": "printf 'print(1)\\n' > hello.py", "description": "w"})
-    replies = [Text(PLAN), edit, Text("Added hello.py.")]
+    replies = [Text(PLAN), *shell_edit("Bash", description="write hello.py")]
     with model_server(replies) as server:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
         here.flow.label()

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from tasks.agents import AgentResult
 from tasks.sandbox import Sandbox
-from tests.agent_clis.conftest import attempted, only_the_model_server, run_cli
-from tests.model_server import ModelServer, Refusal, Text, ToolCall, model_server
+from tests.agent_clis.conftest import attempted, only_the_model_server, run_cli, shell_edit
+from tests.model_server import ModelServer, Refusal, Text, model_server
 
 MODEL = "anthropic/claude-sonnet-4-5"
 
@@ -23,18 +23,10 @@ def opencode(
     return run_cli("opencode", env, worktree, job_dir, sandbox, model=MODEL, **options)
 
 
-def write_hello() -> list:
-    command = {"command": "printf 'print(1)\\n' > hello.py", "description": "write hello.py"}
-    return [
-        ToolCall("bash", command, input_tokens=900, output_tokens=30),
-        Text("Added hello.py.", input_tokens=1100, output_tokens=40),
-    ]
-
-
 def test_execute_lands_the_edit_and_counts_what_the_server_reported(
     worktree: Path, tmp_path: Path, sandbox: Sandbox
 ) -> None:
-    with model_server(write_hello()) as server:
+    with model_server(shell_edit("bash", description="write hello.py")) as server:
         result = opencode(server, worktree, tmp_path / "job", sandbox)
     # OpenCode also starts a background install of its plugin package into its config
     # folder, which has no switch; the sandbox refuses it and the run goes on without it.
@@ -50,7 +42,9 @@ def test_execute_lands_the_edit_and_counts_what_the_server_reported(
 
 
 def test_planning_makes_no_edit(worktree: Path, tmp_path: Path, sandbox: Sandbox) -> None:
-    with model_server([*write_hello()[:1], Text("1. Add hello.py.")]) as server:
+    with model_server(
+        [*shell_edit("bash", description="write hello.py")[:1], Text("1. Add hello.py.")]
+    ) as server:
         result = opencode(server, worktree, tmp_path / "job", sandbox, stage="plan")
     assert not (worktree / "hello.py").exists()
     assert result.usage is not None and result.usage.input_tokens > 0
