@@ -69,6 +69,7 @@ def _transport_options(settings: Settings, *, web: bool) -> dict[str, Any]:
     }
 
 
-def enqueue(celery: Celery, name: str, **kwargs: Any) -> None:
-    """Send a task by name; the web side never imports the tasks themselves."""
-    celery.send_task(name, kwargs=kwargs, queue=QUEUE_OF[name], retry=False)
+def enqueue(celery: Celery, name: str, *, countdown: float | None = None, **kwargs: Any) -> None:
+    """Send a task by name, to run now or countdown seconds from now; the web side never
+    imports the tasks themselves."""
+    celery.send_task(name, kwargs=kwargs, queue=QUEUE_OF[name], retry=False, countdown=countdown)

@@ -52,8 +52,8 @@ class WorkerContext:
         """Return a GitHub client for one repository of one installation."""
         return self.github_app.installation(installation_id, full_name)
 
-    def send_task(self, name: str, **kwargs: Any) -> None:
-        enqueue(self.celery, name, **kwargs)
+    def send_task(self, name: str, *, countdown: float | None = None, **kwargs: Any) -> None:
+        enqueue(self.celery, name, countdown=countdown, **kwargs)
 
     def setting(self, key: str, default: Any) -> Any:
         """Return a server-wide setting from the GAFFER_CONFIG file."""

@@ -10,12 +10,15 @@ from sqlalchemy import update
 from bot.costs import next_day, plan_spend, repository_spend_on, weakest
 from bot.db import rows_changed
 from bot.models import Job, JobState, Plan, utcnow
+from bot.queue import RUN_JOB
 from bot.repo_config import RepoConfig
 from tasks.context import WorkerContext
 from tasks.usage import Usage
 
 # Without a reset time from the provider, try again after this long.
 QUOTA_BACKOFF = timedelta(minutes=15)
+# A parked job whose wait ends within this long is sent to the broker to run at its end.
+RESEND_WITHIN = timedelta(minutes=20)
 
 
 def add_usage(wctx: WorkerContext, job_id: int, usage: Usage | None) -> None:
@@ -58,7 +61,20 @@ def daily_budget_reached(wctx: WorkerContext, plan: Plan, config: RepoConfig) ->
 
 
 def park(wctx: WorkerContext, job_id: int, until: datetime, reason: str) -> bool:
-    """Put a running job back in the queue, not to start before until."""
+    """Put a running job back in the queue, not to start before until.
+
+    A short wait (a provider's rate limit) is sent to the broker to run when it ends; a
+    long one (tomorrow's budget) is left to the reconciler, which sends a parked job once
+    its time has come, so no broker holds a task for hours.
+    """
+    parked = _park(wctx, job_id, until, reason)
+    wait = (until - utcnow()).total_seconds()
+    if parked and wait <= RESEND_WITHIN.total_seconds():
+        wctx.send_task(RUN_JOB, countdown=max(wait, 0.0), job_id=job_id)
+    return parked
+
+
+def _park(wctx: WorkerContext, job_id: int, until: datetime, reason: str) -> bool:
     with wctx.db.session() as session:
         parked = (
             update(Job)

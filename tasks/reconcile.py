@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from bot.db import rows_changed
@@ -166,14 +166,17 @@ def recover_dead_jobs(wctx: WorkerContext, queued_stale: timedelta = QUEUED_STAL
 
 def _resend_waiting_jobs(wctx: WorkerContext, stale: timedelta) -> int:
     # A second copy is harmless: `claim` lets one run and the others exit. A job parked
-    # until a provider's quota resets is sent once that moment has passed, not before.
+    # until a provider's quota resets is sent once that moment has passed, not before, and
+    # then at once: its wait is over, however new the job.
     now = utcnow()
     with wctx.db.session() as session:
         ids = session.scalars(
             select(Job.id).where(
                 Job.state == JobState.QUEUED,
-                Job.created_at < now - stale,
-                or_(Job.parked_until.is_(None), Job.parked_until <= now),
+                or_(
+                    and_(Job.parked_until.is_(None), Job.created_at < now - stale),
+                    Job.parked_until <= now,
+                ),
             )
         ).all()
     for job_id in ids:

@@ -379,6 +379,12 @@ def test_a_job_that_needs_no_recovery_is_not_resumed(
             True,
             id="a parked job is sent again once its quota has reset",
         ),
+        pytest.param(
+            timedelta(minutes=1),
+            -timedelta(seconds=5),
+            True,
+            id="a job parked a moment ago is sent as soon as its quota resets",
+        ),
     ],
 )
 def test_a_queued_job_is_sent_again_when_it_waited_too_long(
