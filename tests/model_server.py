@@ -67,7 +67,11 @@ class ModelServer:
     def __init__(self, replies: list[Reply]) -> None:
         self.replies = list(replies)
         self.requests: list[dict[str, Any]] = []
+        # Streams the client went away from before their last event (a stopped agent).
+        self.streams_cut = 0
+        self.streams_open = 0
         self.lock = threading.Lock()
+        self.quiet = threading.Condition(self.lock)
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.httpd.daemon_threads = True
 
@@ -79,6 +83,12 @@ class ModelServer:
         with self.lock:
             self.requests.append(request)
             return self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
+
+    def wait_until_streams_end(self, timeout: float = 30) -> None:
+        """Wait until no stream is being written (each ended or was cut)."""
+        with self.quiet:
+            if not self.quiet.wait_for(lambda: self.streams_open == 0, timeout):
+                raise AssertionError(f"{self.streams_open} stream(s) still open")
 
     def message_requests(self) -> list[dict[str, Any]]:
         return [r for r in self.requests if r["path"].startswith("/v1/messages")]
@@ -191,10 +201,20 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
             self.send_header("connection", "close")
             self.end_headers()
             self.close_connection = True
-            for name, data in events:
-                head = f"event: {name}\n" if name else ""
-                self.wfile.write(f"{head}data: {json.dumps(data)}\n\n".encode())
-                self.wfile.flush()
+            with server.lock:
+                server.streams_open += 1
+            try:
+                for name, data in events:
+                    head = f"event: {name}\n" if name else ""
+                    self.wfile.write(f"{head}data: {json.dumps(data)}\n\n".encode())
+                    self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                with server.lock:
+                    server.streams_cut += 1
+            finally:
+                with server.quiet:
+                    server.streams_open -= 1
+                    server.quiet.notify_all()
 
         def _json(self, status: int, data: Any, headers: dict[str, str] | None = None) -> None:
             out = json.dumps(data).encode()

@@ -103,6 +103,21 @@ def test_a_budget_stops_the_agent_between_its_calls(
     assert len(server.message_requests()) == 1  # stopped before its second call
 
 
+def test_a_budget_stops_the_agent_in_the_middle_of_a_slow_answer(
+    worktree: Path, tmp_path: Path, sandbox: Sandbox
+) -> None:
+    # The call's input alone ($0.60 at $3 per million) is over the budget: gaffer reads it
+    # from the stream's first event and stops the agent while the answer still trickles.
+    slow = Text("word " * 40, input_tokens=200_000, pieces=40, seconds_between=0.25)
+    with model_server([slow]) as server:
+        result = claude(server, worktree, tmp_path / "job", sandbox, budget=Decimal("0.10"))
+        server.wait_until_streams_end()
+    assert result.over_budget and not result.ok
+    assert result.usage is not None and result.usage.input_tokens == 200_000
+    assert len(server.message_requests()) == 1
+    assert server.streams_cut == 1  # the answer was never read to its end
+
+
 def test_a_rate_limit_parks_the_job_with_the_servers_reset(
     worktree: Path, tmp_path: Path, sandbox: Sandbox
 ) -> None:
