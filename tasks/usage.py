@@ -402,8 +402,13 @@ def claude_retry_verdict(event: Mapping[str, Any]) -> RetryVerdict | None:
 # Lines in which a CLI says it is retrying a refused call, by the shape that CLI prints
 # them in (never words an answer could contain): aider's litellm errors, Gemini CLI's retry
 # notes, Codex's error events. The first group names a rate limit; else the key was refused.
+# aider prints litellm's error wrapped at 80 columns, then "Retrying in 0.2 seconds...":
+# the lines between are held and read together when that note comes.
+_AIDER_ERROR = re.compile(r"^litellm\.(?:(RateLimitError)|AuthenticationError): ")
+_AIDER_RETRYING = "Retrying in "
+_AIDER_HELD_LINES = 10
 _RETRYING = (
-    re.compile(r"^litellm\.(?:(RateLimitError)|AuthenticationError): "),
+    _AIDER_ERROR,
     re.compile(r"^Attempt \d+ failed with status (?:(429)|40[13])\b"),
     re.compile(r'^\{"type":"error","message":"Reconnecting\.\.\. .*status:? (?:(429)|40[13])\b'),
 )
@@ -795,6 +800,7 @@ class LiveUsage:
         self._current = ""  # the message Claude Code is streaming
         # Set when the agent is stuck retrying what waiting cannot fix (claude_retry_verdict).
         self.verdict: RetryVerdict | None = None
+        self._held: list[str] = []  # an aider error, until its retry note says it retries
         self._model: str | None = None
         self._steps: Usage | None = None
 
@@ -804,7 +810,22 @@ class LiveUsage:
         if isinstance(event, dict):
             self.feed_event(event)
         if self.verdict is None:
-            self.verdict = retry_verdict_of_line(line.strip())
+            self.verdict = self._line_verdict(line.strip())
+
+    def _line_verdict(self, line: str) -> RetryVerdict | None:
+        """Read a retry note; aider's error counts only once aider says it retries, so an
+        answer that quotes one is not mistaken for it."""
+        if _AIDER_ERROR.match(line):
+            self._held = [line]
+            return None
+        if self._held and line.startswith(_AIDER_RETRYING):
+            error, self._held = " ".join(self._held), []
+            return retry_verdict_of_line(error)
+        if self._held and len(self._held) < _AIDER_HELD_LINES:
+            self._held.append(line)
+            return None
+        self._held = []
+        return retry_verdict_of_line(line)
 
     def feed_event(self, event: Mapping[str, Any]) -> None:
         """Take one decoded event."""

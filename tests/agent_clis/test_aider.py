@@ -59,3 +59,15 @@ def test_a_refused_key_fails_at_once_with_the_providers_words(
     assert not result.ok and result.quota is None
     assert result.error is not None
     assert result.error.startswith("the provider refused the agent's credentials")
+
+
+def test_a_rate_limit_parks_the_job_with_the_wait_the_provider_gave(
+    worktree: Path, tmp_path: Path, sandbox: Sandbox
+) -> None:
+    message = "Rate limit reached for gpt-4.1 on tokens per min. Please try again in 20s."
+    limited = Refusal(429, message, {"retry-after": "20"})
+    with model_server([limited]) as server:
+        result = aider(server, worktree, tmp_path / "job", sandbox)
+    assert not result.ok
+    assert result.quota is not None and result.quota.retry_after_s == 20
+    assert len(server.requests) == 1  # not retried behind gaffer's back

@@ -536,3 +536,30 @@ def test_an_answer_that_talks_about_rate_limits_is_no_verdict():
         '{"type":"item.completed","item":{"text":"last status: 429"}}',
     ):
         assert retry_verdict_of_line(line, NOW) is None
+
+
+def feed_lines(lines: list[str]) -> LiveUsage:
+    live = LiveUsage()
+    for line in lines:
+        live.feed(line + "\n")
+    return live
+
+
+AIDER_WRAPPED_LIMIT = [
+    "litellm.RateLimitError: RateLimitError: OpenAIException - Rate limit reached for",
+    "gpt-4.1 on tokens per min. Please try again in 20s.",
+    "The API provider has rate limited you. Try again later or check your quotas.",
+]
+
+
+def test_aiders_limit_is_a_verdict_once_it_says_it_retries_with_the_wrapped_wait():
+    live = feed_lines(AIDER_WRAPPED_LIMIT)
+    assert live.verdict is None  # not yet: it may be an answer quoting the error
+    live.feed("Retrying in 0.2 seconds...\n")
+    assert live.verdict is not None and live.verdict.quota is not None
+    assert live.verdict.quota.retry_after_s == 20
+
+
+def test_an_aider_answer_quoting_litellms_error_is_no_verdict():
+    live = feed_lines([*AIDER_WRAPPED_LIMIT, "", "So catch it and back off.", "Done."])
+    assert live.verdict is None
