@@ -126,27 +126,27 @@ class WorkerProcess:
 
 @dataclass
 class WebProcess:
-    """`gaffer web` in a child process: the front a deployer runs, on a free loopback port."""
+    """`gaffer web` (or all of `gaffer run`) in a child process, on a free loopback port."""
 
     process: subprocess.Popen[bytes]
     log_path: Path
     port: int
 
     @classmethod
-    def start(cls, env: dict[str, str], log_path: Path) -> WebProcess:
+    def start(cls, env: dict[str, str], log_path: Path, command: str = "web") -> WebProcess:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = int(probe.getsockname()[1])
         with log_path.open("wb") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "bot.cli", "web"],
+                [sys.executable, "-m", "bot.cli", command],
                 env={**env, "GAFFER_PORT": str(port)},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         web = cls(process, log_path, port)
-        wait_for(web.ready, timeout=30, what=f"gaffer web to answer (log: {log_path})")
+        wait_for(web.ready, timeout=30, what=f"gaffer {command} to answer (log: {log_path})")
         return web
 
     @property
@@ -155,7 +155,7 @@ class WebProcess:
 
     def ready(self) -> bool:
         if self.process.poll() is not None:
-            raise AssertionError(f"gaffer web exited:\n{self.log_path.read_text()[-3000:]}")
+            raise AssertionError(f"gaffer exited:\n{self.log_path.read_text()[-3000:]}")
         try:
             return requests.get(f"{self.url}/healthz", timeout=2).ok
         except requests.ConnectionError:
@@ -166,7 +166,7 @@ class WebProcess:
         return requests.post(self.url + path, data=data, headers=headers, timeout=10)
 
     def stop(self) -> None:
-        """SIGTERM `gaffer web` alone, as a supervisor does; whatever is left is then killed."""
+        """SIGTERM gaffer alone, as a supervisor does; whatever is left is then killed."""
         if self.process.poll() is None:
             self.process.terminate()
             self.process.wait(timeout=30)

@@ -15,7 +15,7 @@ from sqlalchemy import select
 
 from bot.double.webhooks import commented, deliver, issue, labeled, repository
 from bot.github import LABEL_PREFIX, STATUS_MARKER
-from bot.models import Plan, PlanState
+from bot.models import Plan, PlanState, Repository
 from tasks.gitcmd import git
 
 _deliveries = itertools.count(1)
@@ -78,8 +78,14 @@ class IssueFlow:
         return payload
 
     def plan(self) -> Plan | None:
+        """Return this issue's latest plan."""
+        mine = (
+            select(Plan)
+            .join(Repository)
+            .where(Repository.full_name == self.full_name, Plan.issue_number == self.number)
+        )
         with self.app.extensions["gaffer_db"].session() as session:
-            return session.scalars(select(Plan).order_by(Plan.id.desc())).first()
+            return session.scalars(mine.order_by(Plan.id.desc())).first()
 
     def wait_state(self, *states: PlanState, timeout: float = 90) -> Plan:
         """Wait until the plan reaches one of states, and its label shows it."""
