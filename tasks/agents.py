@@ -51,8 +51,12 @@ KEYS = frozenset(
         "ignore",
         "env_args",
         "home_files",
+        "base_url",
+        "base_url_env",
     }
 )
+# Keys whose entries a settings file adds to a shipped agent's, name by name.
+MERGED_BY_NAME = ("set_env", "home_files", "env_args")
 # Linux refuses one argv string longer than this (MAX_ARG_STRLEN, 128 KiB) with E2BIG.
 MAX_ARG_BYTES = 128 * 1024
 # An env value naming where the agent's model answers (a local model server, say) is an
@@ -105,6 +109,10 @@ class AgentSpec:
     # Files written into the run's fresh home before it starts (path in the home: text),
     # for settings a CLI reads only from a file, e.g. Gemini CLI's auth type.
     home_files: tuple[tuple[str, str], ...] = ()
+    # Where the model answers (the operator's `base_url`), and the env name through which
+    # this CLI is told it (`base_url_env`; with `env_args` for a CLI that ignores it).
+    base_url: str | None = None
+    base_url_env: str | None = None
 
     def memory_limit_mb(self, server_default: int | None) -> int | None:
         """Return the agent's memory limit in MB, or None for no limit."""
@@ -238,7 +246,25 @@ def parse_agent(name: str, raw: Any) -> AgentSpec:
         ignore=_strings(name, "ignore", raw.get("ignore", []), empty_ok=True),
         env_args=_env_args(name, raw, env),
         home_files=_home_files(name, raw),
+        **_base_url(name, raw, env),
     )
+
+
+def _base_url(name: str, raw: Mapping[str, Any], env: Sequence[str]) -> dict[str, str | None]:
+    """Read `base_url:` (an http or https URL) and `base_url_env:` (a name in `env`)."""
+    url, via = raw.get("base_url"), raw.get("base_url_env")
+    if via is not None and via not in env:
+        raise AgentConfigError(f"agent {name!r}: `base_url_env` names {via}, not in `env`")
+    if url is None:
+        return {"base_url": None, "base_url_env": via}
+    parts = urlsplit(url) if isinstance(url, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise AgentConfigError(f"agent {name!r}: `base_url` must be an http or https URL")
+    if via is None:
+        raise AgentConfigError(
+            f"agent {name!r}: `base_url` needs `base_url_env`, the variable its CLI reads it from"
+        )
+    return {"base_url": url, "base_url_env": via}
 
 
 def _home_files(name: str, raw: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -303,12 +329,12 @@ def _egress(name: str, raw: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def egress_of(spec: AgentSpec, env: Mapping[str, str]) -> list[str]:
-    """Return the hosts the agent may reach: its `egress` and the endpoints its env names."""
+    """Return the hosts the agent may reach: its `egress`, its `base_url` and the endpoints
+    its env names."""
+    endpoints = [value for name, value in env.items() if ENDPOINT_NAME.search(name)]
     hosts = list(spec.egress)
-    for name, value in env.items():
-        if not ENDPOINT_NAME.search(name):
-            continue
-        url = urlsplit(value)
+    for endpoint in [*endpoints, *([spec.base_url] if spec.base_url else [])]:
+        url = urlsplit(endpoint)
         if url.hostname and url.scheme in ("http", "https"):
             port = url.port or (443 if url.scheme == "https" else 80)
             host = f"[{url.hostname}]" if ":" in url.hostname else url.hostname
@@ -319,12 +345,29 @@ def egress_of(spec: AgentSpec, env: Mapping[str, str]) -> list[str]:
 def load_agents(
     extra: Mapping[str, Any] | None = None, *, path: Path = AGENTS_FILE
 ) -> dict[str, AgentSpec]:
-    """Return the shipped agents with those from the settings file added or replacing them."""
+    """Return the shipped agents with those from the settings file added or changing them.
+
+    A settings entry with a `command` replaces the shipped agent of its name whole; one
+    without changes only the keys it gives (`base_url:`, `memory_mb:`, ...), and adds to
+    the shipped `set_env:`, `home_files:` and `env_args:` name by name.
+    """
     shipped = yaml.safe_load(path.read_text()) or {}
     if not isinstance(shipped, Mapping) or (extra is not None and not isinstance(extra, Mapping)):
         raise AgentConfigError("agent definitions must be a mapping of name to definition")
-    merged = {**shipped, **(extra or {})}
+    merged = dict(shipped)
+    for name, raw in (extra or {}).items():
+        amends = isinstance(raw, Mapping) and "command" not in raw and name in shipped
+        merged[name] = _amended(shipped[name], raw) if amends else raw
     return {str(name): parse_agent(str(name), raw) for name, raw in merged.items()}
+
+
+def _amended(shipped: Mapping[str, Any], change: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a shipped definition with a settings entry's keys laid over it."""
+    amended = {**shipped, **change}
+    for key in MERGED_BY_NAME:
+        if isinstance(shipped.get(key), Mapping) and isinstance(change.get(key), Mapping):
+            amended[key] = {**shipped[key], **change[key]}
+    return amended
 
 
 def render_argv(spec: AgentSpec, stage: str, values: Mapping[str, str]) -> list[str]:
@@ -436,7 +479,12 @@ def run_agent(
         allow=spec.env,
         source=source_env,
         home=job_dir / "home",
-        extra={**dict(spec.set_env), "GAFFER_STAGE": stage, **worktree_mark(workdir)},
+        extra={
+            **dict(spec.set_env),
+            **({spec.base_url_env: spec.base_url} if spec.base_url and spec.base_url_env else {}),
+            "GAFFER_STAGE": stage,
+            **worktree_mark(workdir),
+        },
     )
     argv = _command(spec, stage, values, env)
     if shutil.which(argv[0], path=env["PATH"]) is None:

@@ -7,6 +7,7 @@ import os
 import subprocess
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,10 +49,12 @@ def run_cli(
     stage: str = "execute",
     prompt: str = "Add hello.py.",
     budget: Decimal | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> AgentResult:
-    """Run a shipped agent as gaffer's stage runner does, with the pinned CLIs on PATH."""
+    """Run a shipped agent as gaffer's stage runner does, with the pinned CLIs on PATH
+    (settings: the server settings' `agents:`)."""
     return run_agent(
-        load_agents()[agent],
+        load_agents(settings)[agent],
         stage=stage,
         prompt=prompt,
         workdir=worktree,

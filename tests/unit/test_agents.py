@@ -11,6 +11,7 @@ import pytest
 from tasks.agents import (
     AgentConfigError,
     AgentSpec,
+    egress_of,
     load_agents,
     parse_agent,
     render_argv,
@@ -103,10 +104,64 @@ def test_settings_add_and_replace_agents():
     assert agents["script"].command == ("echo", "replaced")
 
 
+def test_a_settings_entry_without_a_command_changes_only_the_keys_it_gives():
+    change = {
+        "base_url": "https://models.internal",
+        "memory_mb": 512,
+        "set_env": {"CLAUDE_CODE_MAX_OUTPUT_TOKENS": "8000"},
+    }
+    claude = load_agents({"claude": change})["claude"]
+    shipped = load_agents()["claude"]
+    assert claude.base_url == "https://models.internal"
+    assert claude.memory_mb == 512
+    assert claude.command == shipped.command
+    # Added to the shipped settings (telemetry stays off), not put in their place.
+    assert dict(claude.set_env) == {
+        **dict(shipped.set_env),
+        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "8000",
+    }
+
+
+def test_the_base_url_reaches_the_cli_by_its_own_variable_and_arguments(tmp_path):
+    definition = {
+        "command": [
+            "{python}",
+            "-c",
+            "import os, sys; print(os.environ['MODEL_URL'], sys.argv[1:])",
+        ],
+        "env": ["MODEL_URL"],
+        "base_url_env": "MODEL_URL",
+        "env_args": {"MODEL_URL": ["-c", 'url="{value}"']},
+        "base_url": "http://models.internal:8080/v1",
+    }
+    spec = parse_agent("cli", definition)
+    # The setting wins over the worker's own variable.
+    source = {"PATH": os.environ["PATH"], "MODEL_URL": "https://elsewhere"}
+    told = run(spec, tmp_path, "hi", source_env=source)
+    url = "http://models.internal:8080/v1"
+    assert told.text.strip() == f"""{url} ['-c', 'url="{url}"']"""
+    assert "models.internal:8080" in egress_of(spec, {})
+
+
 @pytest.mark.parametrize(
     "definition, message",
     [
         pytest.param({"output": "text"}, "`command` is required", id="no command"),
+        pytest.param(
+            {"command": ["x"], "base_url": "models.internal", "base_url_env": "U", "env": ["U"]},
+            "`base_url` must be an http or https URL",
+            id="base_url not a URL",
+        ),
+        pytest.param(
+            {"command": ["x"], "base_url": "http://m"},
+            "`base_url` needs `base_url_env`",
+            id="base_url told no way",
+        ),
+        pytest.param(
+            {"command": ["x"], "base_url_env": "U"},
+            "`base_url_env` names U, not in `env`",
+            id="base_url_env not shown",
+        ),
         pytest.param({"command": []}, "must not be empty", id="empty command"),
         pytest.param({"command": "claude -p"}, "list of strings", id="command as a string"),
         pytest.param({"command": ["x", "{promt}"]}, "unknown placeholder {promt}", id="typo"),
