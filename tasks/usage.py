@@ -703,9 +703,11 @@ def parse_aider(output: str, *, now: datetime | None = None) -> AgentOutput:
     """Read aider's printed chat, its `Tokens:`/`Cost:` reports and any API error."""
     error = _aider_error(output)
     quota = None
+    detail = (error or "").removeprefix("aider failed: ")
     if error and ("RateLimitError" in error or QUOTA_TEXT.search(error)):
-        detail = error.removeprefix("aider failed: ")
         quota = QuotaHit(_reason(detail), retry_after_s(detail, _now(now)))
+    elif error and detail.startswith("litellm.AuthenticationError"):
+        error = f"the provider refused the agent's credentials ({_reason(_api_message(detail))})"
     return _output(_aider_text(output), error, _aider_usage(output), quota)
 
 
