@@ -40,7 +40,7 @@ demo: $(VENV)/installed $(SPEC) sandbox-tools
 	$(VENV)/bin/gaffer demo
 
 lint: $(VENV)/installed
-	$(VENV)/bin/ruff check bot tasks tests bench
+	$(VENV)/bin/ruff check bot tasks double tests bench
 	$(VENV)/bin/mypy
 
 test: $(VENV)/installed $(SPEC) $(AGENT_CLIS) sandbox-tools lint

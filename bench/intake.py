@@ -26,8 +26,8 @@ from sqlalchemy import create_engine, text
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bot.cli import gunicorn_argv  # noqa: E402
-from bot.double.webhooks import issue, labeled, repository, sign  # noqa: E402
 from bot.migrate import upgrade  # noqa: E402
+from double.webhooks import issue, labeled, repository, sign  # noqa: E402
 
 SECRET = "bench-secret"
 PORT = 8765

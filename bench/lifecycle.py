@@ -27,11 +27,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bot.demo import local_gaffer  # noqa: E402
-from bot.double.driver import IssueFlow  # noqa: E402
 from bot.models import PlanState  # noqa: E402
-from tasks.runner import run_process, sandbox_env  # noqa: E402
-from tasks.sandbox import Sandbox, SandboxConfig  # noqa: E402
+from double.demo import local_gaffer  # noqa: E402
+from double.driver import IssueFlow  # noqa: E402
+from tasks.isolation.runner import run_process, sandbox_env  # noqa: E402
+from tasks.isolation.sandbox import Sandbox, SandboxConfig  # noqa: E402
 from tasks.worktrees import WorktreePool, ensure_mirror, resolve_ref  # noqa: E402
 
 NOOP_CHECK = "checks:\n  - name: noop\n    run: 'true'\n    timeout: 60\n"

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.intake import PORT, fresh_database, load, post, serve, signed_headers  # noqa: E402
 from bot.cli import gunicorn_argv  # noqa: E402
-from bot.double.webhooks import issue, labeled, repository  # noqa: E402
+from double.webhooks import issue, labeled, repository  # noqa: E402
 
 WORKERS = 2
 FRONTS = {

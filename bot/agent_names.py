@@ -9,6 +9,8 @@ from typing import Any
 import yaml
 
 AGENTS_FILE = Path(__file__).resolve().parent.parent / "config" / "agents.yml"
+# Keys whose entries a settings file adds to a shipped agent's, name by name.
+MERGED_BY_NAME = ("set_env", "home_files", "env_args")
 
 
 def agent_names(server_config: Mapping[str, Any]) -> list[str]:
@@ -29,8 +31,29 @@ def agent_env_names(server_config: Mapping[str, Any]) -> list[str]:
 
 
 def _definitions(server_config: Mapping[str, Any]) -> dict[str, Any]:
-    # Read, not validated: tasks/agents.py refuses a malformed definition when it is used.
-    # A server's agent replaces a shipped one of the same name whole.
+    # Read, not validated: tasks/agents/definitions.py refuses a malformed one when it is used.
     shipped = yaml.safe_load(AGENTS_FILE.read_text()) or {}
     extra = server_config.get("agents") or {}
-    return {**shipped, **(extra if isinstance(extra, Mapping) else {})}
+    return merge_definitions(shipped, extra if isinstance(extra, Mapping) else {})
+
+
+def merge_definitions(shipped: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """Lay the server settings' agents over the shipped ones.
+
+    An entry with a `command` replaces the shipped agent of its name whole; one without
+    changes only the keys it gives (`base_url:`, `memory_mb:`, ...), and adds to the
+    shipped `set_env:`, `home_files:` and `env_args:` name by name.
+    """
+    merged = dict(shipped)
+    for name, raw in extra.items():
+        amends = isinstance(raw, Mapping) and "command" not in raw and name in shipped
+        merged[name] = _amended(shipped[name], raw) if amends else raw
+    return merged
+
+
+def _amended(shipped: Mapping[str, Any], change: Mapping[str, Any]) -> dict[str, Any]:
+    amended = {**shipped, **change}
+    for key in MERGED_BY_NAME:
+        if isinstance(shipped.get(key), Mapping) and isinstance(change.get(key), Mapping):
+            amended[key] = {**shipped[key], **change[key]}
+    return amended

@@ -29,9 +29,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     db.add_argument("action", choices=["upgrade"])
     args = parser.parse_args(argv)
     if args.command == "demo":
-        from bot.demo import run_demo
-
-        return run_demo()
+        # The demo belongs to the GitHub double's package, which the product never imports.
+        os.execv(sys.executable, [sys.executable, "-m", "double.demo"])
     try:
         settings = Settings.from_env()
     except SettingsError as error:

@@ -12,9 +12,9 @@ from gidgethub.sansio import validate_event
 from sqlalchemy import insert
 from sqlalchemy.exc import IntegrityError
 
+from bot.handlers.routes import handles
 from bot.models import Delivery, utcnow
 from bot.queue import PROCESS_DELIVERY, enqueue
-from bot.routing import handles
 
 bp = Blueprint("webhooks", __name__)
 log = logging.getLogger(__name__)

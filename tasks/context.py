@@ -16,7 +16,7 @@ from bot.github import GitHubApp, RepoClient
 from bot.masking import SecretMask
 from bot.queue import enqueue
 from bot.settings import Settings
-from tasks.sandbox import Sandbox
+from tasks.isolation.sandbox import Sandbox
 
 
 @dataclass

@@ -7,8 +7,8 @@ import logging
 
 from bot.context import Context
 from bot.handlers.installations import InstallationUnknown
+from bot.handlers.routes import dispatch
 from bot.models import Delivery, utcnow
-from bot.routing import dispatch
 from tasks.context import WorkerContext
 from tasks.installations import discover_installation
 

@@ -8,10 +8,10 @@ from datetime import timedelta
 
 from bot.models import Job, JobState
 from tasks.context import WorkerContext
-from tasks.execution import run_execution
 from tasks.leases import Heartbeat, claim, finish
-from tasks.planning import run_planning
-from tasks.pulls import open_pull_request
+from tasks.stages.execution import run_execution
+from tasks.stages.planning import run_planning
+from tasks.stages.pulls import open_pull_request
 
 log = logging.getLogger(__name__)
 

@@ -17,14 +17,14 @@ from celery.signals import (
 from bot.masking import SecretMask, mask_logs
 from bot.queue import CLEANUP, PROCESS_DELIVERY, RECONCILE, RUN_JOB, make_celery
 from bot.settings import Settings
-from tasks.cgroups import unavailable as cgroups_unavailable
-from tasks.cleanup import cleanup_plan
 from tasks.context import WorkerContext
 from tasks.deliveries import process_delivery, record_failure
+from tasks.isolation.cgroups import unavailable as cgroups_unavailable
+from tasks.isolation.sandbox import Sandbox, SandboxUnavailable
 from tasks.jobs import run_job
-from tasks.machine import REAP_EVERY_S, MachineReaper, reap_every_s
-from tasks.reconcile import reap_worktrees, reconcile
-from tasks.sandbox import Sandbox, SandboxUnavailable
+from tasks.recovery.cleanup import cleanup_plan
+from tasks.recovery.machine import REAP_EVERY_S, MachineReaper, reap_every_s
+from tasks.recovery.reconcile import reap_worktrees, reconcile
 from tasks.schedule import embed_scheduler
 
 LOG = logging.getLogger("gaffer.worker")

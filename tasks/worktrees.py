@@ -32,7 +32,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tasks.gitcmd import GitError, git
-from tasks.strays import kill_processes_in
+from tasks.recovery.strays import kill_processes_in
 
 ORIGIN = "refs/remotes/origin"
 OWNER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")

@@ -14,11 +14,11 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from sqlalchemy import create_engine, text
 
 from bot.app import create_app
-from bot.double.driver import IssueFlow
-from bot.double.origin import commit_to_origin, make_origin
 from bot.github import STATUS_MARKER
 from bot.migrate import upgrade
 from bot.settings import Settings
+from double.driver import IssueFlow
+from double.origin import commit_to_origin, make_origin
 from tests.in_process import BODY, CONFIG, InProcess
 from tests.support import WEBHOOK_SECRET, Backend, commented, issue, repository
 
@@ -155,7 +155,7 @@ def command_payload(github, thread, body: str, login: str = "maintainer", **extr
 @pytest.fixture
 def github(origin: Path):
     """The GitHub double, holding one repository whose origin is a real bare repo."""
-    from bot.double.app import create_github_double
+    from double.app import create_github_double
 
     flask_app, state = create_github_double(app_id=APP_ID)
     state.add_repo(REPO, origin, installation_id=INSTALLATION_ID)
@@ -179,7 +179,7 @@ def github_http(github):
 @pytest.fixture
 def github_server(github):
     """Serve the double on loopback, for worker processes."""
-    from bot.double.loopback import serve_on_loopback
+    from double.loopback import serve_on_loopback
 
     with serve_on_loopback(github.flask_app) as base_url:
         yield base_url

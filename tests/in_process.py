@@ -7,8 +7,8 @@ from typing import Any
 
 from sqlalchemy import select
 
-from bot.double.driver import IssueFlow
 from bot.models import Delivery, Job, JobState, Plan, PlanState
+from double.driver import IssueFlow
 from tasks.deliveries import process_delivery
 from tasks.jobs import run_job
 from tests.support import deliver

@@ -16,10 +16,10 @@ import redis
 import requests
 from sqlalchemy import create_engine, text
 
-from bot.double import webhooks
-from bot.double.driver import wait_for
-from bot.double.webhooks import commented, issue, labeled, repository, user
 from bot.models import Base
+from double import webhooks
+from double.driver import wait_for
+from double.webhooks import commented, issue, labeled, repository, user
 
 __all__ = ["commented", "issue", "labeled", "repository", "user", "wait_for"]
 

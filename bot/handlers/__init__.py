@@ -1,1 +1,1 @@
-"""One module per feature, each with its own router; bot.routing composes them."""
+"""One module per feature, each with its own router; bot.handlers.routes composes them."""

@@ -8,13 +8,13 @@ from sqlalchemy.exc import IntegrityError
 
 from bot.commands import Command, Refusal, Who, parse_comment, spec_for
 from bot.context import Context
+from bot.event_router import Router
 from bot.handlers import plan_commands
 from bot.models import CommandReceipt
 from bot.permissions import COULD_NOT_VERIFY, PermissionUnknown, may_approve
 from bot.plans import active_plan
 from bot.render import config_error
 from bot.repo_config import RepoConfigError, fetch_recent_repo_config
-from bot.router import Router
 from bot.snapshots import COMMENT_DELETED, COMMENT_EDITED, COMMENTED, note_change
 
 router = Router()

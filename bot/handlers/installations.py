@@ -8,8 +8,8 @@ from sqlalchemy.orm import Session
 
 from bot.context import Context
 from bot.db import insert_missing
+from bot.event_router import Router
 from bot.models import Installation, Repository, utcnow
-from bot.router import Router
 
 router = Router()
 

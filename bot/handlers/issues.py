@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bot.context import Context
+from bot.event_router import Router
 from bot.github import LABEL_PREFIX
 from bot.handlers.installations import remember_installation, remember_repository
 from bot.models import Job, JobState, Plan
@@ -12,7 +13,6 @@ from bot.plans import active_plan, add_job, advance, start_plan
 from bot.queue import CLEANUP, RUN_JOB
 from bot.render import config_error
 from bot.repo_config import RepoConfigError, fetch_repo_config, load_repo_config
-from bot.router import Router
 from bot.snapshots import BODY_EDITED, TITLE_EDITED, note_change
 from bot.states import Event
 

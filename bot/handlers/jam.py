@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from bot.context import Context
 from bot.db import Database
+from bot.event_router import Router
 from bot.handlers.installations import InstallationUnknown
 from bot.jam.enrich import enrich, enrichment_options
 from bot.jam.models import JamReport, JamStatus
@@ -25,7 +26,6 @@ from bot.jam.report import (
 )
 from bot.models import Installation, Repository, utcnow
 from bot.repo_config import RepoConfigError, fetch_repo_config, load_repo_config
-from bot.router import Router
 
 router = Router()
 # An issue an earlier attempt opened for this Jam was touched within this window: Jam

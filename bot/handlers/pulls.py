@@ -9,12 +9,12 @@ from sqlalchemy.exc import IntegrityError
 
 from bot.context import Context
 from bot.db import Database
+from bot.event_router import Router
 from bot.github import RepoClient, is_gaffers_pull
 from bot.models import Notice, Plan
 from bot.plans import advance
 from bot.queue import CLEANUP
 from bot.render import foreign_pull_note
-from bot.router import Router
 from bot.states import Event
 
 router = Router()

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from bot.settings import Settings
-from tasks.agents import AgentResult, load_agents, run_agent
-from tasks.sandbox import Sandbox
+from tasks.agents.definitions import AgentResult, load_agents, run_agent
+from tasks.isolation.sandbox import Sandbox
 from tests.model_server import ModelServer, Reply, Text, ToolCall
 
 # Installed by `make test`: the npm CLIs in node_modules, aider in a virtualenv of its own.

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tasks.agents import AgentResult
-from tasks.sandbox import Sandbox
+from tasks.agents.definitions import AgentResult
+from tasks.isolation.sandbox import Sandbox
 from tests.agent_clis.conftest import attempted, models_asked, only_the_model_server, run_cli
 from tests.model_server import ModelServer, Refusal, Text, model_server
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.sandbox import Sandbox
+from tasks.isolation.sandbox import Sandbox
 from tests.agent_clis.conftest import attempted, only_the_model_server, run_cli
 from tests.model_server import Text, model_server
 

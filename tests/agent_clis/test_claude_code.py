@@ -10,10 +10,10 @@ from __future__ import annotations
 from decimal import Decimal
 from pathlib import Path
 
-from tasks.agents import AgentResult
-from tasks.pricing import price
-from tasks.sandbox import Sandbox
-from tasks.usage import Usage
+from tasks.agents.definitions import AgentResult
+from tasks.agents.pricing import price
+from tasks.agents.usage import Usage
+from tasks.isolation.sandbox import Sandbox
 from tests.agent_clis.conftest import attempted, models_asked, only_the_model_server, run_cli
 from tests.model_server import ModelServer, Refusal, Reply, Text, ToolCall, model_server
 

@@ -18,10 +18,10 @@ import pytest
 import yaml
 from sqlalchemy import select
 
-from bot.double.driver import IssueFlow
-from bot.double.origin import commit_to_origin
 from bot.models import Job, PlanState
 from bot.settings import Settings
+from double.driver import IssueFlow
+from double.origin import commit_to_origin
 from tests.agent_clis.conftest import CLI_PATH, CLIS, shell_edit
 from tests.conftest import APP_ID, INSTALLATION_ID, REPO
 from tests.model_server import ModelServer, Refusal, Text, model_server

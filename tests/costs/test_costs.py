@@ -7,8 +7,8 @@ from decimal import Decimal
 import pytest
 from sqlalchemy import select
 
-from bot.double.origin import commit_to_origin
 from bot.models import Job, PlanState
+from double.origin import commit_to_origin
 from tests.in_process import CONFIG, InProcess
 
 

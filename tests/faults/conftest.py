@@ -14,10 +14,10 @@ import pytest
 import redis
 import yaml
 
-from bot.double.driver import IssueFlow
-from bot.double.origin import commit_to_origin
 from bot.queue import make_celery
 from bot.settings import Settings
+from double.driver import IssueFlow
+from double.origin import commit_to_origin
 from tasks.context import WorkerContext
 from tests.conftest import INSTALLATION_ID, REPO
 from tests.support import WEBHOOK_SECRET, Backend, WorkerProcess, wait_for

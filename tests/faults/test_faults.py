@@ -23,8 +23,6 @@ import pytest
 import yaml
 from sqlalchemy import select, update
 
-from bot.double.driver import IssueFlow
-from bot.double.origin import commit_to_origin
 from bot.github import STATUS_MARKER, GitHubApp
 from bot.handlers.installations import remember_installation, remember_repository
 from bot.masking import SecretMask
@@ -39,9 +37,11 @@ from bot.models import (
     utcnow,
 )
 from bot.status import publish_status
+from double.driver import IssueFlow
+from double.origin import commit_to_origin
 from tasks.gitcmd import git
 from tasks.leases import claim
-from tasks.reconcile import reconcile, resend_outbox
+from tasks.recovery.reconcile import reconcile, resend_outbox
 from tasks.worktrees import WorktreePool, ensure_mirror, mirror_path
 from tests.conftest import INSTALLATION_ID, REPO
 from tests.detached import cleaned_up, gone, killed_planner
@@ -81,11 +81,11 @@ FIRST_RUN_SLEEPS = {
         "sh",
         "-c",
         'mkdir "$HOME/first-run" 2>/dev/null && exec sleep 120; '
-        'exec "$0" -I -m tasks.script_agent "$1"',
+        'exec "$0" -I -m tasks.agents.script_agent "$1"',
         "{python}",
         "{prompt_file}",
     ],
-    "plan_command": ["{python}", "-I", "-m", "tasks.script_agent", "{prompt_file}"],
+    "plan_command": ["{python}", "-I", "-m", "tasks.agents.script_agent", "{prompt_file}"],
     "output": "text",
 }
 

@@ -13,7 +13,7 @@ from sqlalchemy import func, select, update
 
 from bot.heartbeats import RECONCILER, SCHEDULER, record_heartbeat
 from bot.models import Delivery, Heartbeat, utcnow
-from tasks.reconcile import reconcile
+from tasks.recovery.reconcile import reconcile
 from tests.support import deliver, issue, labeled, repository
 
 PAYLOAD = labeled(repository("octo/widgets", "/nowhere.git"), issue(1))

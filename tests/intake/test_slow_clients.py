@@ -21,9 +21,9 @@ import pytest
 import requests
 from sqlalchemy import func, select
 
-from bot.double.webhooks import issue, labeled, repository, sign
 from bot.models import Delivery
 from bot.settings import Settings
+from double.webhooks import issue, labeled, repository, sign
 from tests.conftest import WEBHOOK_SECRET
 from tests.support import WebProcess
 

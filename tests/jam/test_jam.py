@@ -32,7 +32,7 @@ from bot.models import Delivery, Plan, PlanState
 from bot.settings import Settings, SettingsError
 from bot.snapshots import Snapshot, Writing
 from tasks.deliveries import process_delivery
-from tasks.prompts import jam_context, plan_prompt
+from tasks.stages.prompts import jam_context, plan_prompt
 from tests.conftest import API_URL, INSTALLATION_ID, REPO
 from tests.double_responses import mock_with_responses
 from tests.in_process import settle

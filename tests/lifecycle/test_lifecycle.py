@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from bot.double.driver import IssueFlow
-from bot.double.origin import commit_to_origin
 from bot.models import Approval, Job, PlanState
+from double.driver import IssueFlow
+from double.origin import commit_to_origin
 from tests.conftest import INSTALLATION_ID, REPO
 from tests.support import WEBHOOK_SECRET, wait_for
 
@@ -114,7 +114,7 @@ def test_cancel_mid_run_kills_the_agent_and_cleans_up(flow: IssueFlow, worker) -
     flow.body = script("- print: started\n- sleep: 60\n" + GOOD)
     approved(flow)
     flow.wait_state(PlanState.EXECUTING)
-    wait_for(lambda: _processes_running("tasks.script_agent"), what="the agent to run")
+    wait_for(lambda: _processes_running("tasks.agents.script_agent"), what="the agent to run")
     flow.comment("/cancel")
     flow.wait_state(PlanState.CANCELLED)
     with flow.app.extensions["gaffer_db"].session() as session:
@@ -124,7 +124,9 @@ def test_cancel_mid_run_kills_the_agent_and_cleans_up(flow: IssueFlow, worker) -
         )
     assert flow.github.pulls(REPO) == []
     # The sleeping agent is gone: nothing runs the script any more.
-    wait_for(lambda: not _processes_running("tasks.script_agent"), what="the agent to be killed")
+    wait_for(
+        lambda: not _processes_running("tasks.agents.script_agent"), what="the agent to be killed"
+    )
 
 
 def test_a_check_that_hangs_is_timed_out(flow: IssueFlow, worker) -> None:

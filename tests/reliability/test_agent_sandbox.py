@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from bot.double.driver import IssueFlow
-from bot.double.origin import commit_to_origin
 from bot.models import PlanState
 from bot.render import UNSANDBOXED
-from tasks import netns
-from tasks.verification import OFFLINE, SANDBOX_NETWORK
+from double.driver import IssueFlow
+from double.origin import commit_to_origin
+from tasks.isolation import netns
+from tasks.stages.verification import OFFLINE, SANDBOX_NETWORK
 from tests.conftest import INSTALLATION_ID, REPO
 from tests.in_process import InProcess
 from tests.support import WEBHOOK_SECRET

@@ -17,8 +17,8 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
-from bot.double.driver import IssueFlow
 from bot.models import Job, JobState, Plan, PlanState
+from double.driver import IssueFlow
 from tasks.deliveries import process_delivery
 from tasks.jobs import run_job
 from tasks.leases import claim

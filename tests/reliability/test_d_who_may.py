@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from bot.double.driver import IssueFlow
-from bot.double.origin import commit_to_origin
 from bot.models import PlanState
+from double.driver import IssueFlow
+from double.origin import commit_to_origin
 from tests.conftest import INSTALLATION_ID, REPO
 from tests.in_process import CONFIG, InProcess
 from tests.reliability.conftest import seen, send_comment

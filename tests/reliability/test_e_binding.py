@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from bot.double.origin import commit_to_origin
 from bot.github import STATUS_MARKER
 from bot.models import Job, JobState, PlanState
+from double.origin import commit_to_origin
 from tasks.gitcmd import git
 from tests.conftest import INSTALLATION_ID, REPO
 from tests.in_process import InProcess

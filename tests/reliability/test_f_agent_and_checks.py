@@ -34,11 +34,11 @@ from typing import Any
 import pytest
 import yaml
 
-from bot.double.driver import IssueFlow
-from bot.double.origin import commit_to_origin
 from bot.models import Plan, PlanState
-from tasks.execution import branch_name
+from double.driver import IssueFlow
+from double.origin import commit_to_origin
 from tasks.gitcmd import git
+from tasks.stages.execution import branch_name
 from tasks.worktrees import (
     WorktreePool,
     create_branch,
@@ -54,7 +54,7 @@ from tests.support import WEBHOOK_SECRET
 CHECK = "grep -q good widgets.py"
 GOOD = {"write": {"path": "widgets.py", "content": "VALUE = 'good'\n"}}
 # The script agent writes the plan; an agent defined here does the execute stage.
-SCRIPT_AGENT = ["{python}", "-I", "-m", "tasks.script_agent", "{prompt_file}"]
+SCRIPT_AGENT = ["{python}", "-I", "-m", "tasks.agents.script_agent", "{prompt_file}"]
 # A process the agent or the check starts in a session of its own: no process-group kill
 # reaches it, only gaffer's sweep of the worktree.
 DETACHED = "setsid -f sleep 300 >/dev/null 2>&1"
@@ -108,7 +108,8 @@ def execute_with(shell: str) -> dict[str, dict[str, Any]]:
 
 def approve(here: InProcess) -> Plan:
     here.flow.label()
-    assert here.settle().state == PlanState.DRAFT
+    plan = here.settle()
+    assert plan.state == PlanState.DRAFT, plan.last_error
     return here.comment("/approve")
 
 
@@ -317,7 +318,8 @@ def test_a_check_renamed_to_a_path_after_planning_is_refused_at_approve(
 ) -> None:
     here = open_issue(script(execute=[GOOD]))
     here.flow.label()
-    assert here.settle().state == PlanState.DRAFT
+    plan = here.settle()
+    assert plan.state == PlanState.DRAFT, plan.last_error
     commit_to_origin(origin, {".github/gaffer.yml": BAD_CONFIGS[0].values[0]}, "rename check")
     plan = here.comment("/approve")
     assert plan.state == PlanState.DRAFT
@@ -489,7 +491,7 @@ def test_a_plan_without_a_usable_agent_stops_and_says_how_to_choose_one(
 
 def test_what_an_agents_cli_leaves_behind_is_never_committed(here: InProcess, monkeypatch) -> None:
     script = {
-        "command": ["{python}", "-I", "-m", "tasks.script_agent", "{prompt_file}"],
+        "command": ["{python}", "-I", "-m", "tasks.agents.script_agent", "{prompt_file}"],
         "output": "text",
         "ignore": [".tool*"],
     }
@@ -537,3 +539,33 @@ def test_tool_calls_an_agents_own_permissions_refused_are_told_on_the_issue(
         "Its work may be missing what those calls would have done (a test run, say); the "
         "checks below are gaffer's own."
     ]
+
+
+# --------------------------------------------------------------------------- annotations
+
+# A lint check that finds sixty lines to complain about, then fails.
+SIXTY_FINDINGS = (
+    'for n in $(seq 1 60); do echo "widgets.py:$n:1: E501 Line too long ($n > 88)"; done; exit 1'
+)
+
+
+def test_a_checks_findings_are_annotated_on_its_check_run_fifty_to_a_request(
+    open_issue: Open,
+) -> None:
+    here = open_issue(script(execute=[GOOD]), repo_config(run=SIXTY_FINDINGS))
+    approve(here)
+    tests = runs(here)["gaffer/tests"]
+    assert tests["conclusion"] == "failure"
+    # The double refuses more than fifty in one request, as GitHub does.
+    found = here.flow.github.annotations(tests["id"])
+    assert len(found) == tests["output"]["annotations_count"] == 60
+    assert found[59] == {
+        "path": "widgets.py",
+        "start_line": 60,
+        "end_line": 60,
+        "start_column": 1,
+        "end_column": 1,
+        "annotation_level": "failure",
+        "title": "ruff E501",
+        "message": "Line too long (60 > 88)",
+    }

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.double.webhooks import commented, user
+from double.webhooks import commented, user
 from tasks.gitcmd import git
 from tests.conftest import INSTALLATION_ID, REPO
 from tests.in_process import InProcess

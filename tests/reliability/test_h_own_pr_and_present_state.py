@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from bot.double.webhooks import pull_request_event
 from bot.github import PullsMixin
 from bot.models import Plan, PlanState
+from double.webhooks import pull_request_event
 from tasks.gitcmd import git
 from tasks.jobs import run_job
 from tests.conftest import INSTALLATION_ID, REPO

@@ -11,21 +11,21 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
-from bot.double.origin import commit_to_origin
 from bot.github import STATUS_MARKER
 from bot.models import Delivery, Job, JobState, Plan, PlanState, utcnow
 from bot.queue import RUN_JOB
-from tasks.costs import park
+from double.origin import commit_to_origin
 from tasks.gitcmd import git
 from tasks.jobs import run_job
 from tasks.leases import claim
-from tasks.reconcile import (
+from tasks.recovery.reconcile import (
     MAX_JOB_ATTEMPTS,
     Verdict,
     catch_up_failed_deliveries,
     reconcile,
     verdict_for,
 )
+from tasks.stages.costs import park
 from tasks.worktrees import (
     WorktreePool,
     create_branch,
@@ -135,7 +135,7 @@ def replies(github) -> list[str]:
 def reconcile_once(wctx, caplog) -> None:
     """Run every pass, failing the test on any error a pass swallowed."""
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="tasks.reconcile"):
+    with caplog.at_level(logging.INFO, logger="tasks.recovery.reconcile"):
         reconcile(wctx)
     assert not [r.getMessage() for r in caplog.records if r.exc_info]
 

@@ -13,8 +13,8 @@ import os
 import sys
 from pathlib import Path
 
-from tasks.runner import run_process, sandbox_env
-from tasks.sandbox import Sandbox, SandboxConfig
+from tasks.isolation.runner import run_process, sandbox_env
+from tasks.isolation.sandbox import Sandbox, SandboxConfig
 
 
 def main() -> None:

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bot.double.driver import IssueFlow
-from bot.double.origin import commit_to_origin
 from bot.models import PlanState
+from double.driver import IssueFlow
+from double.origin import commit_to_origin
 from tasks.gitcmd import git
 from tests.conftest import INSTALLATION_ID, REPO
 from tests.security.conftest import ATTACK, PG_SOCKET, REPORT_MARK, processes_marked

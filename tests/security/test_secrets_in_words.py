@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.double.driver import IssueFlow
-from bot.double.origin import commit_to_origin
 from bot.models import PlanState
+from double.driver import IssueFlow
+from double.origin import commit_to_origin
 from tests.conftest import INSTALLATION_ID, REPO
 from tests.in_process import CONFIG, InProcess
 from tests.support import WEBHOOK_SECRET

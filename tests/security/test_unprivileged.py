@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks import sandbox as sandbox_module
-from tasks.sandbox import Box, Sandbox, SandboxConfig
+from tasks.isolation import sandbox as sandbox_module
+from tasks.isolation.sandbox import Box, Sandbox, SandboxConfig
 
 WORKER_UID = 1500  # an unprivileged worker, as in deploy/Dockerfile
 INSIDE = (

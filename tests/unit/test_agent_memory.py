@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.agents import AgentConfigError, load_agents, parse_agent, run_agent
+from tasks.agents.definitions import AgentConfigError, load_agents, parse_agent, run_agent
 
 COMMAND = ["{python}", "-c", "x = bytearray(400 * 1024 * 1024); print('allocated')"]
 SERVER_DEFAULT_MB = 4096

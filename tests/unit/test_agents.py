@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.agents import (
+from tasks.agents.definitions import (
     AgentConfigError,
     AgentSpec,
     egress_of,
@@ -17,7 +17,7 @@ from tasks.agents import (
     render_argv,
     run_agent,
 )
-from tasks.script_agent import ScriptError, read_script, run_stage
+from tasks.agents.script_agent import ScriptError, read_script, run_stage
 
 SECRETS = {
     "GITHUB_TOKEN": "ghs_leak",

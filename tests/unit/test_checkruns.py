@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.checkruns import (
+from tasks.checks.checkruns import (
     MAX_OUTPUT_BYTES,
     annotations_from_output,
     batches,

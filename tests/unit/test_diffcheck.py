@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.diffcheck import (
+from tasks.checks.diffcheck import (
     DiffReport,
     FileChange,
     analyse,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks import egress
-from tasks.egress import EgressPolicy, EgressProxy
+from tasks.isolation import egress
+from tasks.isolation.egress import EgressPolicy, EgressProxy
 
 # A safety net, not an assertion: a broken proxy fails the test instead of hanging it.
 CLIENT_TIMEOUT_S = 10

@@ -17,9 +17,9 @@ import responses
 from github import Auth, Github, GithubException
 from github.ContentFile import ContentFile
 
-from bot.double import contract, webhooks
-from bot.double.app import GitHubState, create_github_double
-from bot.double.loopback import serve_on_loopback
+from double import contract, webhooks
+from double.app import GitHubState, create_github_double
+from double.loopback import serve_on_loopback
 from tests.double_responses import mock_with_responses
 
 API_URL = "https://api.github.test"

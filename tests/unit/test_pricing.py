@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.pricing import (
+from tasks.agents.pricing import (
     ESTIMATE_RATES,
     PriceConfigError,
     Rates,
@@ -20,7 +20,7 @@ from tasks.pricing import (
     parse_overrides,
     price,
 )
-from tasks.usage import Usage
+from tasks.agents.usage import Usage
 
 M = 1_000_000
 

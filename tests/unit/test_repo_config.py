@@ -18,7 +18,7 @@ from bot.repo_config import (
     fetch_repo_config,
     load_repo_config,
 )
-from tasks.verification import check_memory_mb
+from tasks.stages.verification import check_memory_mb
 
 
 def test_an_absent_file_gives_the_shipped_defaults() -> None:

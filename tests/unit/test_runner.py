@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.runner import RunResult, run_process, sandbox_env
+from tasks.isolation.runner import RunResult, run_process, sandbox_env
 
 PY = sys.executable
 

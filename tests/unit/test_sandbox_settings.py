@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks.agents import AgentConfigError, egress_of, parse_agent
-from tasks.sandbox import SandboxConfig, SandboxConfigError
+from tasks.agents.definitions import AgentConfigError, egress_of, parse_agent
+from tasks.isolation.sandbox import SandboxConfig, SandboxConfigError
 
 
 @pytest.mark.parametrize(

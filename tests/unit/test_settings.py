@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bot.settings import Settings, SettingsError
-from tasks.machine import reap_every_s
+from tasks.recovery.machine import reap_every_s
 
 BASE = {"WEBHOOK_SECRET": "s3cret", "GAFFER_HOME": "/tmp/gaffer-settings-test"}
 

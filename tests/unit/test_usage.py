@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks.agents import PARSERS
-from tasks.usage import (
+from tasks.agents.definitions import PARSERS
+from tasks.agents.usage import (
     LiveUsage,
     QuotaHit,
     Usage,

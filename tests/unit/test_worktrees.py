@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from bot.double.origin import commit_to_origin, make_origin
-from tasks import strays as strays_module
+from double.origin import commit_to_origin, make_origin
 from tasks.gitcmd import GitError, basic_auth_header, git
-from tasks.strays import worktree_mark
+from tasks.recovery import strays as strays_module
+from tasks.recovery.strays import worktree_mark
 from tasks.worktrees import (
     PushRefused,
     WorktreeError,

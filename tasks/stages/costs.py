@@ -12,8 +12,8 @@ from bot.db import rows_changed
 from bot.models import Job, JobState, Plan, utcnow
 from bot.queue import RUN_JOB
 from bot.repo_config import RepoConfig
+from tasks.agents.usage import Usage
 from tasks.context import WorkerContext
-from tasks.usage import Usage
 
 # Without a reset time from the provider, try again after this long.
 QUOTA_BACKOFF = timedelta(minutes=15)

@@ -10,10 +10,10 @@ What a sandboxed run sees:
             PATH, `sandbox.read_only`), its worktree and HOME read-write, a private /tmp;
             the repository mirror and given files read-only; nothing else of GAFFER_HOME
   network   a network namespace with loopback only; with an egress policy, a forwarder on
-            127.0.0.1:3128 leads to gaffer's proxy for the run (tasks/egress.py), and each
+            127.0.0.1:3128 leads to gaffer's proxy for the run (tasks/isolation/egress.py), and each
             allowed loopback endpoint (a local model server) is tunnelled to the same port
   limits    a control group per run for memory, process count and CPU time where the
-            machine allows it (tasks/cgroups.py), and a file size limit per process
+            machine allows it (tasks/isolation/cgroups.py), and a file size limit per process
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from bot.settings import Settings
-from tasks.cgroups import RunGroup, TreeLimits
-from tasks.egress import EgressPolicy, EgressProxy
+from tasks.isolation.cgroups import RunGroup, TreeLimits
+from tasks.isolation.egress import EgressPolicy, EgressProxy
 
 PROXY_PORT = 3128
 INSIDE_RUN = Path("/run/gaffer")
@@ -389,7 +389,7 @@ def _covered(path: Path, binds: list[tuple[str, Path, Path]]) -> bool:
 
 def _toolchain(config: SandboxConfig, path_var: str, hidden: tuple[Path, ...]) -> list[Path]:
     """Return the folders shown read-only: the worker's Python, gaffer, PATH and extras."""
-    gaffer = Path(__file__).resolve().parent.parent
+    gaffer = Path(__file__).resolve().parents[2]
     candidates = [
         Path(sys.prefix),
         Path(sys.base_prefix),

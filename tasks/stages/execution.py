@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,14 +14,14 @@ from bot.repo_config import RepoConfig, fetch_repo_config
 from bot.snapshots import Snapshot, revision_snapshot
 from bot.states import Event
 from bot.status import publish_status
-from tasks.agents import AgentResult
+from tasks.agents.definitions import AgentResult
 from tasks.context import WorkerContext
-from tasks.costs import park
 from tasks.leases import finish
-from tasks.planning import job_dir
-from tasks.prompts import execute_prompt, fix_prompt
-from tasks.stage_agent import Held, Stopped, agent_of, run_stage_agent
-from tasks.verification import verify
+from tasks.stages.costs import park
+from tasks.stages.prompts import execute_prompt, fix_prompt
+from tasks.stages.stage_agent import Held, Stopped, agent_of, run_stage_agent
+from tasks.stages.verification import verify
+from tasks.stages.workspace import Workspace
 from tasks.worktrees import (
     WorktreePool,
     create_branch,
@@ -38,26 +37,6 @@ from tasks.worktrees import (
 
 class StopWork(Exception):
     """The job cannot go on; the message is what the issue is told."""
-
-
-@dataclass
-class Workspace:
-    """Everything one execution job works with."""
-
-    wctx: WorkerContext
-    job: Job
-    plan: Plan
-    client: RepoClient
-    config: RepoConfig
-    issue: Snapshot  # as the approved revision read it
-    plan_text: str
-    worktree: Path
-    mirror: Path
-    default_branch: str
-
-    @property
-    def dir(self) -> Path:
-        return job_dir(self.wctx, self.job)
 
 
 def branch_name(issue_number: int, title: str) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 from sqlalchemy import delete
 
@@ -16,10 +15,11 @@ from bot.snapshots import Snapshot, take_snapshot
 from bot.states import Event
 from bot.status import publish_status
 from tasks.context import WorkerContext
-from tasks.costs import park
 from tasks.leases import finish
-from tasks.prompts import plan_prompt
-from tasks.stage_agent import Held, Stopped, run_stage_agent
+from tasks.stages.costs import park
+from tasks.stages.prompts import plan_prompt
+from tasks.stages.stage_agent import Held, Stopped, run_stage_agent
+from tasks.stages.workspace import job_dir
 from tasks.worktrees import ensure_mirror, readonly_worktree, resolve_ref
 
 log = logging.getLogger(__name__)
@@ -92,13 +92,6 @@ def _drop(wctx: WorkerContext, plan: Plan, why: str) -> None:
                 Plan.status_comment_id.is_(None),
             )
         )
-
-
-def job_dir(wctx: WorkerContext, job: Job) -> Path:
-    """Return the folder that keeps one job's prompt and logs."""
-    path = wctx.settings.home / "jobs" / str(job.plan_id) / f"{job.id}-{job.stage}"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def _draft(

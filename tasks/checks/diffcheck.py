@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from bot.repo_config import REPO_CONFIG_PATH
-from tasks.checkruns import Conclusion, fit_head, fit_title
+from tasks.checks.checkruns import Conclusion, fit_head, fit_title
 from tasks.gitcmd import git
 
 WORKFLOWS_DIR = ".github/workflows/"

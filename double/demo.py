@@ -20,13 +20,13 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from flask import Flask
 
 from bot.app import create_app
-from bot.double.app import GitHubState, create_github_double
-from bot.double.driver import IssueFlow, wait_for
-from bot.double.loopback import serve_on_loopback
-from bot.double.origin import make_origin
 from bot.migrate import upgrade
 from bot.models import PlanState
 from bot.settings import Settings
+from double.app import GitHubState, create_github_double
+from double.driver import IssueFlow, wait_for
+from double.loopback import serve_on_loopback
+from double.origin import make_origin
 
 REPO, INSTALLATION, APP_ID, SECRET = "acme/widgets", 1, 1, "demo-secret"
 # The check runs the worker's own Python: the sandbox shows it, while a version manager's
@@ -101,6 +101,12 @@ def local_gaffer(
 
 def run_demo() -> int:
     """Run the demo in a temporary folder and print the issue thread."""
+    if not _spec_installed():
+        print(
+            "gaffer demo: GitHub's OpenAPI description is not installed, so requests to the "
+            "double are not checked against it (set GAFFER_GITHUB_OPENAPI to "
+            "@octokit/openapi's generated/api.github.com.json)"
+        )
     files = {
         "widgets.py": "def label(name):\n    return name\n",
         ".github/gaffer.yml": CONFIG,
@@ -235,6 +241,10 @@ def _says_ready(log_path: Path) -> bool:
 
 
 def _spec_installed() -> bool:
-    from bot.double.contract import SPEC_PATH
+    from double.contract import SPEC_PATH
 
     return SPEC_PATH.exists()
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_demo())

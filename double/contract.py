@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -16,8 +17,14 @@ import jsonschema.exceptions
 from referencing import Registry
 from referencing.jsonschema import DRAFT4
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SPEC_PATH = REPO_ROOT / "tests/contract/node_modules/@octokit/openapi/generated/api.github.com.json"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# GitHub's description: from the checkout's pinned npm package, or wherever
+# GAFFER_GITHUB_OPENAPI points (an installed gaffer: `npm install @octokit/openapi` and
+# point it at generated/api.github.com.json in the package).
+SPEC_PATH = Path(
+    os.environ.get("GAFFER_GITHUB_OPENAPI")
+    or REPO_ROOT / "tests/contract/node_modules/@octokit/openapi/generated/api.github.com.json"
+)
 INSTALL_COMMAND = "npm ci --prefix tests/contract"
 ENTERPRISE_PREFIX = "/api/v3"
 HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")

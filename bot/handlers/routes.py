@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from bot.context import Context
+from bot.event_router import Router
 from bot.handlers import comments, installations, issues, jam, pulls
-from bot.router import Router
 
 ROUTER = Router()
 for _module in (installations, issues, comments, pulls, jam):

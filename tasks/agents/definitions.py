@@ -15,13 +15,10 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from bot.agent_names import AGENTS_FILE
-from tasks.egress import EgressPolicy
-from tasks.pricing import price
-from tasks.runner import RunResult, is_gaffer_secret, run_process, sandbox_env
-from tasks.sandbox import Sandbox, SandboxUnavailable
-from tasks.strays import worktree_mark
-from tasks.usage import (
+from bot.agent_names import AGENTS_FILE, merge_definitions
+from tasks.agents.pricing import price
+from tasks.agents.usage import (
+    AgentOutput,
     LiveUsage,
     QuotaHit,
     RetryVerdict,
@@ -32,6 +29,10 @@ from tasks.usage import (
     parse_gemini_json,
     parse_opencode_jsonl,
 )
+from tasks.isolation.egress import EgressPolicy
+from tasks.isolation.runner import RunResult, is_gaffer_secret, run_process, sandbox_env
+from tasks.isolation.sandbox import Sandbox, SandboxUnavailable
+from tasks.recovery.strays import worktree_mark
 
 READ_ONLY_STAGES = frozenset({"plan", "revise"})
 OUTPUTS = ("text", "claude-json", "codex-jsonl", "gemini-json", "aider", "opencode-jsonl")
@@ -55,8 +56,6 @@ KEYS = frozenset(
         "base_url_env",
     }
 )
-# Keys whose entries a settings file adds to a shipped agent's, name by name.
-MERGED_BY_NAME = ("set_env", "home_files", "env_args")
 # Linux refuses one argv string longer than this (MAX_ARG_STRLEN, 128 KiB) with E2BIG.
 MAX_ARG_BYTES = 128 * 1024
 # An env value naming where the agent's model answers (a local model server, say) is an
@@ -69,18 +68,6 @@ SERVER_DEFAULT: Final = "server"
 
 class AgentConfigError(ValueError):
     """An agent definition is invalid; the message says which agent and why."""
-
-
-@dataclass(frozen=True)
-class AgentOutput:
-    """What a parser read from an agent's output."""
-
-    text: str
-    error: str | None = None
-    usage: Usage | None = None
-    quota: QuotaHit | None = None
-    # Tool calls the CLI's own permissions refused, named for a person: `Bash(pytest -q)`.
-    denials: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -345,29 +332,13 @@ def egress_of(spec: AgentSpec, env: Mapping[str, str]) -> list[str]:
 def load_agents(
     extra: Mapping[str, Any] | None = None, *, path: Path = AGENTS_FILE
 ) -> dict[str, AgentSpec]:
-    """Return the shipped agents with those from the settings file added or changing them.
-
-    A settings entry with a `command` replaces the shipped agent of its name whole; one
-    without changes only the keys it gives (`base_url:`, `memory_mb:`, ...), and adds to
-    the shipped `set_env:`, `home_files:` and `env_args:` name by name.
-    """
+    """Return the shipped agents with those from the settings file added or changing them
+    (see `merge_definitions`)."""
     shipped = yaml.safe_load(path.read_text()) or {}
     if not isinstance(shipped, Mapping) or (extra is not None and not isinstance(extra, Mapping)):
         raise AgentConfigError("agent definitions must be a mapping of name to definition")
-    merged = dict(shipped)
-    for name, raw in (extra or {}).items():
-        amends = isinstance(raw, Mapping) and "command" not in raw and name in shipped
-        merged[name] = _amended(shipped[name], raw) if amends else raw
+    merged = merge_definitions(shipped, extra or {})
     return {str(name): parse_agent(str(name), raw) for name, raw in merged.items()}
-
-
-def _amended(shipped: Mapping[str, Any], change: Mapping[str, Any]) -> dict[str, Any]:
-    """Return a shipped definition with a settings entry's keys laid over it."""
-    amended = {**shipped, **change}
-    for key in MERGED_BY_NAME:
-        if isinstance(shipped.get(key), Mapping) and isinstance(change.get(key), Mapping):
-            amended[key] = {**shipped[key], **change[key]}
-    return amended
 
 
 def render_argv(spec: AgentSpec, stage: str, values: Mapping[str, str]) -> list[str]:

@@ -8,11 +8,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-if TYPE_CHECKING:
-    from tasks.agents import AgentOutput
 
 AGENT = "agent"
 COMPUTED = "computed"
@@ -84,6 +81,18 @@ class QuotaHit:
 
     reason: str
     retry_after_s: float | None = None
+
+
+@dataclass(frozen=True)
+class AgentOutput:
+    """What a parser read from an agent's output."""
+
+    text: str
+    error: str | None = None
+    usage: Usage | None = None
+    quota: QuotaHit | None = None
+    # Tool calls the CLI's own permissions refused, named for a person: `Bash(pytest -q)`.
+    denials: tuple[str, ...] = ()
 
 
 def sum_usage(usages: Iterable[Usage | None]) -> Usage | None:
@@ -174,9 +183,6 @@ def _output(
     denials: tuple[str, ...] = (),
 ) -> AgentOutput:
     """Build the parser result."""
-    # Imported here because tasks.agents imports this module to register the parsers.
-    from tasks.agents import AgentOutput
-
     return AgentOutput(text=text, error=error, usage=usage, quota=quota, denials=denials)
 
 

@@ -24,6 +24,8 @@ from . import contract
 
 APP_EVENTS = ["issues", "issue_comment", "check_run", "pull_request"]
 REACTIONS = ("+1", "-1", "laugh", "confused", "heart", "hooray", "rocket", "eyes")
+# The Checks API takes at most this many annotations in one request.
+MAX_ANNOTATIONS = 50
 INSTALLATION_PERMISSIONS = {
     "checks": "write",
     "contents": "write",
@@ -797,6 +799,11 @@ class GitHubState:
         with self.lock:
             return [self._json().reaction(r) for r in self.reaction_records(comment_id)]
 
+    def annotations(self, run_id: int) -> list[dict[str, Any]]:
+        """Return a check run's annotations, in the order they were added."""
+        with self.lock:
+            return list(self.all_check_runs[run_id].annotations)
+
     def check_runs(self, full_name: str) -> list[dict[str, Any]]:
         """Return a repository's check runs, oldest first, as GitHub would."""
         with self.lock:
@@ -1510,8 +1517,11 @@ def _apply_check_run_update(run: CheckRun, payload: dict[str, Any]) -> None:
     if status == "completed" and run.completed_at is None:
         run.completed_at = _iso(_now())
     output = payload.get("output") or {}
+    annotations = output.get("annotations", [])
+    if len(annotations) > MAX_ANNOTATIONS:
+        raise GitHubError(422, f"Only {MAX_ANNOTATIONS} annotations are allowed per request")
     run.output.update({k: output[k] for k in ("title", "summary", "text") if k in output})
-    run.annotations.extend(output.get("annotations", []))
+    run.annotations.extend(annotations)
     run.actions = payload.get("actions", run.actions)
 
 

@@ -14,9 +14,9 @@ import yaml
 from genai_prices import Usage as PriceUsage
 from genai_prices import calc_price
 
-from tasks.usage import AGENT, COMPUTED, ESTIMATED, Usage
+from tasks.agents.usage import AGENT, COMPUTED, ESTIMATED, Usage
 
-PRICES_FILE = Path(__file__).resolve().parent.parent / "config" / "prices.yml"
+PRICES_FILE = Path(__file__).resolve().parents[2] / "config" / "prices.yml"
 MTOK = Decimal(1_000_000)
 # Rates come from pricing a small probe rather than the whole run: a run's tokens are
 # summed over many API calls, and the summed input would cross long-context price tiers

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 
-from tasks.sandbox import Box, Launch, Sandbox
+from tasks.isolation.sandbox import Box, Launch, Sandbox
 
 POLL_S = 0.2
 GRACE_S = 2.0
@@ -291,7 +291,7 @@ def _dies_with_parent() -> Callable[[], None] | None:
     libc = ctypes.CDLL(None, use_errno=True)
     # A worker killed with SIGKILL cannot stop its agent; the kernel can, at once. What the
     # agent started in a session of its own is killed when gaffer removes or reuses the
-    # worktree (tasks/strays.py).
+    # worktree (tasks/recovery/strays.py).
     return lambda: libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
@@ -359,7 +359,7 @@ def run_process(
     """Run argv in its own process group and kill the whole group when a limit is crossed.
 
     With memory_mb, the process and each process it starts may use that much memory. With
-    an enabled sandbox and a box, the run is isolated (tasks/sandbox.py): memory_mb then
+    an enabled sandbox and a box, the run is isolated (tasks/isolation/sandbox.py): memory_mb then
     also bounds its whole process tree, and its CPU time is limited.
     """
     started = time.monotonic()

@@ -13,9 +13,9 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import select
 
-from bot.double.webhooks import commented, deliver, issue, labeled, repository
 from bot.github import LABEL_PREFIX, STATUS_MARKER
 from bot.models import Plan, PlanState, Repository
+from double.webhooks import commented, deliver, issue, labeled, repository
 from tasks.gitcmd import git
 
 _deliveries = itertools.count(1)

@@ -8,9 +8,10 @@ from pathlib import Path
 
 from bot.models import Job, Plan
 from bot.repo_config import RepoConfig
-from tasks.agents import AgentResult, AgentSpec, load_agents, run_agent
+from tasks.agents.definitions import AgentResult, AgentSpec, load_agents, run_agent
 from tasks.context import WorkerContext
-from tasks.costs import (
+from tasks.leases import is_cancelled
+from tasks.stages.costs import (
     add_usage,
     daily_budget_reached,
     plan_budget,
@@ -18,7 +19,6 @@ from tasks.costs import (
     spend_left,
     tomorrow,
 )
-from tasks.leases import is_cancelled
 from tasks.worktrees import git_dirs
 
 # Enough for any agent CLI; a runaway is stopped long before it starves the worker.

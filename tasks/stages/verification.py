@@ -3,32 +3,33 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from sqlalchemy import select
 
 from bot.costs import Spend
 from bot.models import CheckResult, Job
 from bot.repo_config import Check
-from tasks.checkruns import (
+from tasks.checks.checkruns import (
     CheckOutput,
+    annotations_from_output,
+    batches,
     check_output,
     check_run_name,
     external_id,
     fit_head,
     fit_title,
 )
-from tasks.diffcheck import analyse, changed_files, plan_scope
-from tasks.netns import offline_argv
-from tasks.runner import RunResult, run_process, sandbox_env
-from tasks.strays import worktree_mark
+from tasks.checks.diffcheck import analyse, changed_files, plan_scope
+from tasks.isolation.netns import offline_argv
+from tasks.isolation.runner import RunResult, run_process, sandbox_env
+from tasks.recovery.strays import worktree_mark
+from tasks.stages.workspace import Workspace
 from tasks.worktrees import git_dirs, repair_gitfile, worktree_git
-
-if TYPE_CHECKING:
-    from tasks.execution import Workspace
 
 # Each check process may use this much memory unless the server's `check_memory_mb` says
 # otherwise (null: no limit); a check's own `memory_mb` may ask for less, never more.
@@ -112,7 +113,8 @@ def _run_check(space: Workspace, head_sha: str, check: Check) -> tuple[CheckOutp
         cost_line=_job_cost(space),
     )
     output = _with_notes(output, name, run, network_note)
-    _complete(space, head_sha, name, ext, output, ref.id)
+    found = annotations_from_output(run.output, str(space.worktree.resolve()))
+    _complete(space, head_sha, name, ext, output, ref.id, found)
     return output, run.output
 
 
@@ -197,10 +199,14 @@ def _complete(
     ext: str,
     output: CheckOutput,
     check_run_id: int | None,
+    annotations: Sequence[dict[str, Any]] = (),
 ) -> None:
-    fields = {"title": output.title, "summary": output.summary}
+    """Complete the check run; its annotations go with it, the rest in later updates (the
+    Checks API takes 50 a request and appends each request's to the run's)."""
+    fields: dict[str, Any] = {"title": output.title, "summary": output.summary}
     if output.text:
         fields["text"] = output.text
+    first, *more = list(batches(annotations)) or [[]]
     ref = space.client.check_run(
         head_sha,
         check_run_name(name),
@@ -208,8 +214,15 @@ def _complete(
         status="completed",
         conclusion=output.conclusion,
         completed_at=datetime.now(UTC),
-        output=fields,
+        output={**fields, **({"annotations": first} if first else {})},
     )
+    for batch in more:
+        space.client.check_run(
+            head_sha,
+            check_run_name(name),
+            ext,
+            output={"title": output.title, "summary": output.summary, "annotations": batch},
+        )
     _record(space, head_sha, name, output, ref.id, ref.html_url)
 
 

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from bot.db import rows_changed
 from bot.github import RepoClient
+from bot.handlers.routes import handles
 from bot.heartbeats import RECONCILER, record_heartbeat
 from bot.models import (
     Delivery,
@@ -32,7 +33,6 @@ from bot.models import (
 from bot.plans import advance
 from bot.queue import PROCESS_DELIVERY, RUN_JOB
 from bot.render import lost_worker_reply, stage_doing, times_stopped
-from bot.routing import handles
 from bot.states import TERMINAL, Event
 from bot.status import publish_status
 from tasks.context import WorkerContext

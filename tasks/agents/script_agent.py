@@ -1,4 +1,6 @@
-"""A deterministic local agent for tests and the demo: `python -m tasks.script_agent PROMPT_FILE`.
+"""A deterministic local agent for tests and the demo.
+
+Run as `python -m tasks.agents.script_agent PROMPT_FILE`.
 
 The stage comes from GAFFER_STAGE. The prompt is searched for the first fenced block
 labelled `gaffer-script` (normally written in the issue body), holding YAML:
@@ -190,7 +192,7 @@ def _note_changes(cwd: Path, stage: str, prompt: str) -> str:
 def main(argv: list[str]) -> int:
     """Read the prompt file named in argv, run GAFFER_STAGE, print the answer."""
     if len(argv) != 1:
-        print("usage: python -m tasks.script_agent PROMPT_FILE", file=sys.stderr)
+        print("usage: python -m tasks.agents.script_agent PROMPT_FILE", file=sys.stderr)
         return 2
     stage = os.environ.get("GAFFER_STAGE", "execute")
     prompt = Path(argv[0]).read_text(encoding="utf-8")

@@ -1,0 +1,1 @@
+"""Agent CLIs: their definitions, reading their output and usage, pricing, the script agent."""

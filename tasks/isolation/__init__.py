@@ -1,0 +1,1 @@
+"""Running untrusted processes: the sandbox, its egress proxy, network namespace, cgroups."""

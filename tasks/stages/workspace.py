@@ -1,0 +1,39 @@
+"""One job's working room: where its prompt and logs are kept, and what execution works with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from bot.github import RepoClient
+from bot.models import Job, Plan
+from bot.repo_config import RepoConfig
+from bot.snapshots import Snapshot
+from tasks.context import WorkerContext
+
+
+def job_dir(wctx: WorkerContext, job: Job) -> Path:
+    """Return the folder that keeps one job's prompt and logs."""
+    path = wctx.settings.home / "jobs" / str(job.plan_id) / f"{job.id}-{job.stage}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@dataclass
+class Workspace:
+    """Everything one execution job works with."""
+
+    wctx: WorkerContext
+    job: Job
+    plan: Plan
+    client: RepoClient
+    config: RepoConfig
+    issue: Snapshot  # as the approved revision read it
+    plan_text: str
+    worktree: Path
+    mirror: Path
+    default_branch: str
+
+    @property
+    def dir(self) -> Path:
+        return job_dir(self.wctx, self.job)
