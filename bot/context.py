@@ -25,6 +25,8 @@ class Context:
     # Repositories (lower-case full names) whose installation GitHub was already asked for
     # while handling this delivery: their missing row is GitHub's answer, not a gap.
     looked_up: frozenset[str] = frozenset()
+    # The stored delivery's id: a key for what this delivery does once, however often sent.
+    delivery: int = 0
     effects: list[Callable[[], object]] = field(default_factory=list)
 
     def after_commit(self, effect: Callable[[], object]) -> None:

@@ -28,6 +28,10 @@ class Router:
             self._handlers.get((event, None), []) if action is not None else []
         )
 
+    def events(self) -> set[str]:
+        """Return the event names any handler is registered for."""
+        return {event for event, _ in self._handlers}
+
     def include(self, other: Router) -> None:
         for key, handlers in other._handlers.items():
             self._handlers.setdefault(key, []).extend(handlers)

@@ -221,6 +221,7 @@ _DOING = {
     "execute": "execution",
     "rework": "rework",
     "open_pr": "the pull request job",
+    "recheck": "the re-run of the checks",
 }
 
 

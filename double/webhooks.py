@@ -160,3 +160,30 @@ def pull_request_event(
         "sender": user(sender or pull["user"]["login"], pull["user"]["type"]),
         "installation": {"id": installation_id},
     }
+
+
+def check_run_rerequested(
+    repo: dict[str, Any], run: dict[str, Any], *, login: str, installation_id: int
+) -> dict[str, Any]:
+    """The `check_run` event GitHub sends when someone clicks "Re-run" on a check run."""
+    return {
+        "action": "rerequested",
+        "check_run": run,
+        "repository": repo,
+        "sender": user(login),
+        "installation": {"id": installation_id},
+    }
+
+
+def check_suite_rerequested(
+    repo: dict[str, Any], head_sha: str, *, login: str, installation_id: int, app_id: int
+) -> dict[str, Any]:
+    """The `check_suite` event GitHub sends for "Re-run all checks" on an App's suite."""
+    suite = {"id": next(_ids), "head_sha": head_sha, "status": "completed", "app": {"id": app_id}}
+    return {
+        "action": "rerequested",
+        "check_suite": suite,
+        "repository": repo,
+        "sender": user(login),
+        "installation": {"id": installation_id},
+    }

@@ -15,7 +15,7 @@ from tasks.installations import discover_installation
 log = logging.getLogger(__name__)
 
 # Each of these events must say which installation and repository it concerns.
-_NEEDS_REPOSITORY = {"issues", "issue_comment", "pull_request"}
+_NEEDS_REPOSITORY = {"issues", "issue_comment", "pull_request", "check_run", "check_suite"}
 
 
 def process_delivery(wctx: WorkerContext, *, delivery_id: int) -> None:
@@ -50,7 +50,13 @@ def _handle(wctx: WorkerContext, delivery_id: int, looked_up: frozenset[str]) ->
             row.error = problem
             return
         ctx = Context(
-            session, wctx.db, wctx.settings, wctx.client, wctx.send_task, looked_up=looked_up
+            session,
+            wctx.db,
+            wctx.settings,
+            wctx.client,
+            wctx.send_task,
+            looked_up=looked_up,
+            delivery=row.id,
         )
         dispatch(ctx, row.event, payload)
     for effect in ctx.effects:

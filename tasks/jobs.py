@@ -9,7 +9,7 @@ from datetime import timedelta
 from bot.models import Job, JobState
 from tasks.context import WorkerContext
 from tasks.leases import Heartbeat, claim, finish
-from tasks.stages.execution import run_execution
+from tasks.stages.execution import run_execution, run_recheck
 from tasks.stages.planning import run_planning
 from tasks.stages.pulls import open_pull_request
 
@@ -22,6 +22,7 @@ STAGES: dict[str, Stage] = {
     "execute": run_execution,
     "rework": run_execution,
     "open_pr": open_pull_request,
+    "recheck": run_recheck,
 }
 
 

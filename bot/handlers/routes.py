@@ -6,10 +6,10 @@ from typing import Any
 
 from bot.context import Context
 from bot.event_router import Router
-from bot.handlers import comments, installations, issues, jam, pulls
+from bot.handlers import checks, comments, installations, issues, jam, pulls
 
 ROUTER = Router()
-for _module in (installations, issues, comments, pulls, jam):
+for _module in (installations, issues, comments, pulls, checks, jam):
     ROUTER.include(_module.router)
 
 

@@ -82,6 +82,8 @@ RESUMES_FROM: dict[str, frozenset[PlanState]] = {
     "rework": frozenset({PlanState.APPROVED, PlanState.EXECUTING}),
     # Opening the PR looks for the branch's PR before creating one, so it may run again.
     "open_pr": frozenset({PlanState.IN_REVIEW}),
+    # Checks run again on the same commit update the same check runs.
+    "recheck": frozenset({PlanState.IN_REVIEW}),
 }
 
 

@@ -75,6 +75,49 @@ def run_execution(wctx: WorkerContext, job: Job) -> None:
         publish_status(wctx.db, client, plan.id)
 
 
+def run_recheck(wctx: WorkerContext, job: Job) -> None:
+    """Run the plan's checks again on the commit under review (GitHub's "Re-run").
+
+    The check runs and their results are updated in place; the plan stays in review, so
+    checks that now fail hold `/approve-diff` back as any red check does.
+    """
+    with wctx.db.session() as session:
+        plan = session.get_one(Plan, job.plan_id)
+    if plan.state != PlanState.IN_REVIEW or not plan.head_sha:
+        finish(wctx.db, job.id, wctx.worker_id, JobState.CANCELLED, "the plan left review")
+        return
+    client = wctx.client(plan.installation_id, plan.repository.full_name)
+    key = plan_key(plan.id)
+    pool: WorktreePool | None = None
+    try:
+        config = fetch_repo_config(client, wctx.setting("defaults", None))
+        pool = _pool(wctx, plan)
+        worktree = pool.acquire(key, plan.head_sha)
+        snapshot, plan_text = _approved(wctx, plan)
+        mirror = mirror_path(wctx.settings.home, plan.repository.full_name)
+        space = Workspace(
+            wctx,
+            job,
+            plan,
+            client,
+            config,
+            snapshot,
+            plan_text,
+            worktree,
+            mirror,
+            client.repo.default_branch,
+        )
+        verify(space, plan.head_sha)
+        finish(wctx.db, job.id, wctx.worker_id, JobState.DONE)
+    except Exception as error:  # noqa: BLE001 - said on the issue; the plan stays in review
+        finish(wctx.db, job.id, wctx.worker_id, JobState.FAILED, f"{type(error).__name__}: {error}")
+        client.reply(plan.issue_number, f"gaffer could not re-run the checks: {error}")
+    finally:
+        if pool is not None:
+            pool.release(key)
+        publish_status(wctx.db, client, plan.id)
+
+
 def _start(wctx: WorkerContext, job: Job) -> Plan | None:
     with wctx.db.session() as session:
         plan = session.get_one(Plan, job.plan_id)

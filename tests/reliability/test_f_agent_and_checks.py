@@ -37,6 +37,7 @@ import yaml
 from bot.models import Plan, PlanState
 from double.driver import IssueFlow
 from double.origin import commit_to_origin
+from double.webhooks import check_run_rerequested, check_suite_rerequested
 from tasks.gitcmd import git
 from tasks.stages.execution import branch_name
 from tasks.worktrees import (
@@ -47,9 +48,9 @@ from tasks.worktrees import (
     plan_key,
     resolve_ref,
 )
-from tests.conftest import INSTALLATION_ID, REPO
+from tests.conftest import APP_ID, INSTALLATION_ID, REPO
 from tests.in_process import InProcess, settle
-from tests.support import WEBHOOK_SECRET
+from tests.support import WEBHOOK_SECRET, deliver
 
 CHECK = "grep -q good widgets.py"
 GOOD = {"write": {"path": "widgets.py", "content": "VALUE = 'good'\n"}}
@@ -569,3 +570,74 @@ def test_a_checks_findings_are_annotated_on_its_check_run_fifty_to_a_request(
         "title": "ruff E501",
         "message": "Line too long (60 > 88)",
     }
+
+
+# --------------------------------------------------------------------------- "Re-run"
+
+
+def click_rerun(here: InProcess, run: dict[str, Any], login: str = "maintainer") -> None:
+    """Click "Re-run" on a check run, as GitHub then tells gaffer."""
+    payload = check_run_rerequested(
+        here.flow.repo, run, login=login, installation_id=INSTALLATION_ID
+    )
+    assert deliver(here.flow.client, "check_run", payload).status_code == 202
+    here.settle()
+
+
+def test_rerun_runs_the_checks_again_on_the_commit_under_review(
+    open_issue: Open, origin: Path
+) -> None:
+    here = open_issue(script(execute=[GOOD]))
+    plan = approve(here)
+    assert plan.state == PlanState.IN_REVIEW, plan.last_error
+    green = runs(here)["gaffer/tests"]
+    assert green["conclusion"] == "success"
+    # The default branch's checks grow stricter; someone asks GitHub to re-run them.
+    commit_to_origin(origin, {".github/gaffer.yml": repo_config(run="false")}, "stricter")
+    click_rerun(here, green)
+    rerun = runs(here)["gaffer/tests"]
+    assert (rerun["id"], rerun["head_sha"]) == (green["id"], plan.head_sha)
+    assert rerun["conclusion"] == "failure"
+    after = here.flow.plan()
+    assert (after.state, after.head_sha) == (PlanState.IN_REVIEW, plan.head_sha)
+    here.comment(f"/approve-diff {plan.head_sha}")
+    assert "The checks on the head are not all green" in here.flow.replies()[-1]
+    assert here.flow.github.pulls(REPO) == []
+
+
+def test_rerun_of_a_plan_no_longer_in_review_is_answered_on_the_issue(open_issue: Open) -> None:
+    here = open_issue(script(execute=[GOOD]))
+    plan = approve(here)
+    green = runs(here)["gaffer/tests"]
+    here.comment("/reject")
+    click_rerun(here, green, login="reviewer")
+    assert here.flow.comments()[-1]["body"] == (
+        f"@reviewer asked to re-run gaffer's checks on `{plan.head_sha[:12]}`, but they run "
+        "again only while the plan is `in_review`; it is `rejected`."
+    )
+    assert runs(here)["gaffer/tests"]["conclusion"] == "success"
+
+
+def test_rerun_all_checks_on_gaffers_suite_runs_them_again(open_issue: Open, origin: Path) -> None:
+    here = open_issue(script(execute=[GOOD]))
+    plan = approve(here)
+    commit_to_origin(origin, {".github/gaffer.yml": repo_config(run="false")}, "stricter")
+    payload = check_suite_rerequested(
+        here.flow.repo,
+        plan.head_sha or "",
+        login="maintainer",
+        installation_id=INSTALLATION_ID,
+        app_id=APP_ID,
+    )
+    assert deliver(here.flow.client, "check_suite", payload).status_code == 202
+    here.settle()
+    assert runs(here)["gaffer/tests"]["conclusion"] == "failure"
+
+
+def test_rerun_of_another_apps_check_run_is_left_alone(open_issue: Open) -> None:
+    here = open_issue(script(execute=[GOOD]))
+    approve(here)
+    theirs = {**runs(here)["gaffer/tests"], "external_id": "ci-1234", "name": "build"}
+    before = here.flow.comments()
+    click_rerun(here, theirs)
+    assert here.flow.comments() == before
