@@ -12,6 +12,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from bot.agent_names import agent_names
+from bot.approvals import diff_rule_problem
 from bot.commands import Command, render_help
 from bot.context import Context
 from bot.costs import plan_jobs, plan_spend
@@ -235,12 +236,10 @@ def approve_diff(request: Request, command: Command, plan: Plan) -> str | None:
 
 
 def diff_approval_problem(request: Request, plan: Plan, sha: str | None) -> str | None:
-    """Say why the plan's diff cannot be approved now, or None when it can."""
-    if plan.state != PlanState.IN_REVIEW or not plan.head_sha:
-        return (
-            f"The diff is not ready for approval: the plan is `{plan.state.value}`. "
-            "`/approve-diff` applies once the checks have run and the plan is `in_review`."
-        )
+    """Say why the plan's diff cannot be approved by this comment, or None when it can."""
+    problem = diff_rule_problem(request.ctx.session, plan, request.config, request.actor)
+    if problem or not plan.head_sha:
+        return problem
     if sha and not plan.head_sha.startswith(sha.lower()):
         return f"`{sha}` is not the verified head; the current head is `{plan.head_sha}`."
     verified_at = _verified_at(request.ctx.session, plan)
@@ -250,11 +249,6 @@ def diff_approval_problem(request: Request, plan: Plan, sha: str | None) -> str 
             f"cannot approve it. Review it and answer `/approve-diff` again "
             f"(or `/approve-diff {plan.head_sha[:12]}`)."
         )
-    if request.config.require_green and not checks_green(request.ctx.session, plan):
-        return "The checks on the head are not all green, and `require_green` is on."
-    is_author = request.actor.lower() == plan.issue_author.lower()
-    if is_author and not request.config.allow_self_approval:
-        return "The issue's author may not approve its diff (`allow_self_approval` is off)."
     return None
 
 
@@ -282,19 +276,6 @@ def _github_time(raw: Any) -> datetime | None:
         return github_time(raw)
     except ValueError:
         return None
-
-
-def checks_green(session: Session, plan: Plan) -> bool:
-    """Tell whether every check on the plan's head succeeded (the diff check may be neutral)."""
-    results = session.scalars(
-        select(CheckResult).where(
-            CheckResult.plan_id == plan.id, CheckResult.head_sha == plan.head_sha
-        )
-    ).all()
-    return bool(results) and all(
-        r.conclusion == "success" or (r.name == "diff" and r.conclusion == "neutral")
-        for r in results
-    )
 
 
 @action("revise")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from bot.approvals import diff_rule_problem
 from bot.costs import plan_spend
 from bot.github import PullBlocked, RepoClient
 from bot.models import Approval, CheckResult, Job, JobState, Plan, PlanRevision, PlanState
@@ -106,6 +107,12 @@ def _recheck(
     config = fetch_repo_config(client, wctx.setting("defaults", None))
     if not may_approve(client, approval.approver, config):
         raise NoPullRequest(f"@{approval.approver} no longer has write access.")
+    # The rule `/approve-diff` was held to, asked again: checks re-run since may be red.
+    with wctx.db.session() as session:
+        plan_now = session.get_one(Plan, plan.id)
+        problem = diff_rule_problem(session, plan_now, config, approval.approver)
+    if problem:
+        raise NoPullRequest(problem)
 
 
 def _body(wctx: WorkerContext, client: RepoClient, plan: Plan) -> str:

@@ -33,12 +33,14 @@ from typing import Any
 
 import pytest
 import yaml
+from sqlalchemy import select
 
-from bot.models import Plan, PlanState
+from bot.models import Job, Plan, PlanState
 from double.driver import IssueFlow
 from double.origin import commit_to_origin
 from double.webhooks import check_run_rerequested, check_suite_rerequested
 from tasks.gitcmd import git
+from tasks.jobs import run_job
 from tasks.stages.execution import branch_name
 from tasks.worktrees import (
     WorktreePool,
@@ -49,7 +51,7 @@ from tasks.worktrees import (
     resolve_ref,
 )
 from tests.conftest import APP_ID, INSTALLATION_ID, REPO
-from tests.in_process import InProcess, settle
+from tests.in_process import InProcess, process_stored, settle
 from tests.support import WEBHOOK_SECRET, deliver
 
 CHECK = "grep -q good widgets.py"
@@ -641,3 +643,29 @@ def test_rerun_of_another_apps_check_run_is_left_alone(open_issue: Open) -> None
     before = here.flow.comments()
     click_rerun(here, theirs)
     assert here.flow.comments() == before
+
+
+def test_a_diff_whose_checks_turn_red_after_its_approval_gets_no_pull_request(
+    open_issue: Open, origin: Path
+) -> None:
+    here = open_issue(script(execute=[GOOD]))
+    plan = approve(here)
+    here.accept(f"/approve-diff {plan.head_sha}")  # approved; its pull request job waits
+    commit_to_origin(origin, {".github/gaffer.yml": repo_config(run="false")}, "stricter")
+    payload = check_run_rerequested(
+        here.flow.repo,
+        runs(here)["gaffer/tests"],
+        login="maintainer",
+        installation_id=INSTALLATION_ID,
+    )
+    assert deliver(here.flow.client, "check_run", payload).status_code == 202
+    process_stored(here.wctx)
+    with here.wctx.db.session() as session:  # type: ignore[attr-defined]
+        recheck = session.scalars(select(Job.id).where(Job.stage == "recheck")).one()
+    run_job(here.wctx, job_id=recheck)  # the checks run again before the pull request job
+    here.settle()
+    assert here.flow.github.pulls(REPO) == []
+    assert here.flow.comments()[-1]["body"] == (
+        "No pull request was opened: The checks on the head are not all green, and "
+        "`require_green` is on."
+    )
