@@ -37,6 +37,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
+from bot.models import PlanState
+from bot.states import STOPPABLE
 from bot.untrusted import drop_invisible, strip_html_comments
 
 MAX_ARGUMENT_CHARS = 20_000
@@ -62,9 +64,19 @@ class Who(StrEnum):
     ANYONE = "anyone"
 
 
+class Target(StrEnum):
+    """What a command acts on."""
+
+    ACTIVE = "the active plan"
+    LATEST = "the latest plan, ended or not"
+    ISSUE = "the issue, with or without a plan"
+
+
 @dataclass(frozen=True)
 class CommandSpec:
-    """One command: its name, usage, help text, audience and argument grammar."""
+    """One command: its name, usage, help text, audience, argument grammar, what it acts on
+    and the plan states it applies in (none: any). bot/handlers/plan_commands.py holds what
+    each one does, one handler per name."""
 
     name: str
     args: str
@@ -73,6 +85,8 @@ class CommandSpec:
     pattern: re.Pattern[str]
     # The argument text runs from the command to the end of the comment, not the line.
     multiline: bool = False
+    target: Target = Target.ACTIVE
+    states: tuple[PlanState, ...] = ()
 
     @property
     def usage(self) -> str:
@@ -106,70 +120,130 @@ def _spec(
     who: Who,
     pattern: str = "",
     flags: int = 0,
+    *,
     multiline: bool = False,
+    target: Target = Target.ACTIVE,
+    states: tuple[PlanState, ...] = (),
 ) -> CommandSpec:
     compiled = re.compile(pattern, flags | re.ASCII) if pattern else _NO_ARGS
-    return CommandSpec(name, args, summary, who, compiled, multiline)
+    return CommandSpec(name, args, summary, who, compiled, multiline, target, states)
 
 
 REGISTRY: tuple[CommandSpec, ...] = (
     _spec(
         "approve",
         "[rN]",
-        "Approve the current plan, or plan revision N.",
+        "Approve the current plan revision (bound to revision N when given).",
         Who.WRITER,
         r"(?:r(?P<revision>[1-9]\d{0,5}))?",
         re.IGNORECASE,
-    ),
-    _spec(
-        "approve-diff",
-        "[sha]",
-        "Approve the verified diff at this head SHA and open the PR.",
-        Who.WRITER,
-        r"(?P<sha>[0-9a-f]{7,40})?",
-        re.IGNORECASE,
+        states=(PlanState.DRAFT,),
     ),
     _spec(
         "revise",
         "<feedback>",
-        "Ask for changes; the rest of the comment is the feedback.",
+        "A new plan revision, or more work on the diff in review (voiding its approval); "
+        "the rest of the comment is the feedback.",
         Who.WRITER,
         r"(?P<feedback>.+)",
         re.DOTALL,
         multiline=True,
+        states=(PlanState.DRAFT, PlanState.IN_REVIEW),
     ),
-    _spec("expand", "", "Ask for a more detailed plan.", Who.WRITER),
-    _spec("split", "", "Ask for the work to be split into smaller plans.", Who.WRITER),
+    _spec(
+        "expand",
+        "",
+        "A new, more detailed plan revision.",
+        Who.WRITER,
+        states=(PlanState.DRAFT,),
+    ),
+    _spec(
+        "split",
+        "",
+        "A new revision covering the first of several smaller parts.",
+        Who.WRITER,
+        states=(PlanState.DRAFT,),
+    ),
+    _spec(
+        "approve-diff",
+        "[sha]",
+        "Approve the verified head (bound to this SHA when given); gaffer opens the PR "
+        "from exactly it.",
+        Who.WRITER,
+        r"(?P<sha>[0-9a-f]{7,40})?",
+        re.IGNORECASE,
+        states=(PlanState.IN_REVIEW,),
+    ),
     _spec(
         "reject",
         "[reason]",
-        "Reject the plan or diff; the rest of the comment is the reason.",
+        "End the plan; the rest of the comment is the reason.",
         Who.WRITER,
         r"(?P<reason>.*)",
         re.DOTALL,
         multiline=True,
+        states=(PlanState.DRAFT, PlanState.IN_REVIEW),
     ),
-    _spec("retry", "", "Run the failed stage again.", Who.WRITER),
-    _spec("cancel", "", "Stop the running job.", Who.WRITER),
-    _spec("icebox", "", "Park the issue until someone says /thaw.", Who.WRITER),
-    _spec("thaw", "", "Bring an iceboxed issue back to its plan.", Who.WRITER),
+    _spec(
+        "cancel",
+        "",
+        "Stop the plan wherever it is, killing a running agent.",
+        Who.WRITER,
+        states=STOPPABLE,
+    ),
+    _spec(
+        "retry",
+        "",
+        "Start a failed plan again (its work from the pushed branch).",
+        Who.WRITER,
+        target=Target.LATEST,
+        states=(PlanState.FAILED,),
+    ),
+    _spec(
+        "icebox",
+        "",
+        "Put a draft aside until someone says /thaw.",
+        Who.WRITER,
+        states=(PlanState.DRAFT,),
+    ),
+    _spec(
+        "thaw",
+        "",
+        "Bring an iceboxed plan back as a draft.",
+        Who.WRITER,
+        target=Target.LATEST,
+        states=(PlanState.ICEBOX,),
+    ),
     _spec(
         "agent",
         "<name> [model]",
-        "Use this agent, and optionally this model, for the issue.",
+        "Choose the agent, and optionally the model, for the plan's next jobs.",
         Who.WRITER,
         r"(?P<name>[A-Za-z][\w.-]{0,39})(?:\s+(?P<model>[\w.:/@-]{1,100}))?",
+        states=(PlanState.PLANNING, PlanState.DRAFT, PlanState.APPROVED),
     ),
     _spec(
         "budget",
         "<usd>",
-        "Set the issue's spending limit in US dollars.",
+        "Set the plan's spending limit in US dollars; the agent is stopped when it is spent.",
         Who.WRITER,
         r"\$?(?P<usd>(?!0+(?:\.0+)?$)\d{1,6}(?:\.\d{1,2})?)",
     ),
-    _spec("status", "", "Show where the issue is in its lifecycle.", Who.ANYONE),
-    _spec("cost", "", "Show what the issue has cost so far.", Who.ANYONE),
-    _spec("help", "", "Show this table.", Who.ANYONE),
+    _spec(
+        "status",
+        "",
+        "Where the plan stands and the commands that apply.",
+        Who.ANYONE,
+        target=Target.ISSUE,
+    ),
+    _spec(
+        "cost",
+        "",
+        "The plan's cost so far, job by job, with where the dollars came from.",
+        Who.ANYONE,
+        target=Target.ISSUE,
+    ),
+    _spec("help", "", "Show this table.", Who.ANYONE, target=Target.ISSUE),
 )
 _BY_NAME = {spec.name: spec for spec in REGISTRY}
 _WHO_LABEL = {Who.WRITER: "write access or approver", Who.ANYONE: "anyone"}
@@ -195,8 +269,22 @@ def parse_comment(body: str) -> Command | Refusal | None:
 
 def render_help() -> str:
     """Render the commands table for /help and the README from the registry."""
-    rows = [f"| `{spec.usage}` | {_WHO_LABEL[spec.who]} | {spec.summary} |" for spec in REGISTRY]
-    return "\n".join(["| Command | Who | What it does |", "|---|---|---|", *rows])
+    rows = [
+        f"| `{spec.usage}` | {_WHO_LABEL[spec.who]} | {_applies(spec)} | {spec.summary} |"
+        for spec in REGISTRY
+    ]
+    header = ["| Command | Who | When | What it does |", "|---|---|---|---|"]
+    return "\n".join([*header, *rows])
+
+
+def _applies(spec: CommandSpec) -> str:
+    if spec.target is Target.ISSUE:
+        return "any time"
+    if spec.states == STOPPABLE:
+        return "until the plan ends"
+    if not spec.states:
+        return "while a plan is active"
+    return " or ".join(f"`{state.value}`" for state in spec.states)
 
 
 def _interpret(lines: list[str], index: int, match: re.Match[str]) -> Command | Refusal:

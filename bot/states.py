@@ -35,7 +35,7 @@ class Event(StrEnum):
 TERMINAL = frozenset({S.MERGED, S.CLOSED, S.REJECTED, S.CANCELLED, S.FAILED, S.ICEBOX})
 ACTIVE = frozenset(S) - TERMINAL
 
-_STOPPABLE = (S.PLANNING, S.DRAFT, S.APPROVED, S.EXECUTING, S.VERIFYING, S.IN_REVIEW)
+STOPPABLE = (S.PLANNING, S.DRAFT, S.APPROVED, S.EXECUTING, S.VERIFYING, S.IN_REVIEW)
 
 TRANSITIONS: dict[tuple[S, Event], S] = {
     (S.PLANNING, Event.PLAN_POSTED): S.DRAFT,
@@ -62,8 +62,8 @@ TRANSITIONS: dict[tuple[S, Event], S] = {
     (S.IN_REVIEW, Event.REJECT): S.REJECTED,
     (S.PR_OPEN, Event.PR_MERGED): S.MERGED,
     (S.PR_OPEN, Event.PR_CLOSED): S.CLOSED,
-    **{(state, Event.CANCEL): S.CANCELLED for state in _STOPPABLE},
-    **{(state, Event.ISSUE_CLOSED): S.CANCELLED for state in _STOPPABLE},
+    **{(state, Event.CANCEL): S.CANCELLED for state in STOPPABLE},
+    **{(state, Event.ISSUE_CLOSED): S.CANCELLED for state in STOPPABLE},
 }
 
 

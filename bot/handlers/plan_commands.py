@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from bot.agent_names import agent_names
 from bot.approvals import diff_rule_problem
-from bot.commands import Command, render_help
+from bot.commands import Command, Target, render_help, spec_for
 from bot.context import Context
 from bot.costs import plan_jobs, plan_spend
 from bot.github import RepoClient
@@ -122,16 +122,14 @@ class Request:
 
 
 Action = Callable[[Request, Command, Plan], str | None]
-_ACTIONS: dict[str, Action] = {}
-# Commands that act on the issue itself rather than on an active plan.
-_GENERAL = {"help", "status", "cost"}
-# Commands that bring an ended plan back.
-_REVIVING = {"retry", "thaw"}
+# What each command of the registry (bot/commands.py) does to its plan; the commands that
+# act on the issue (Target.ISSUE) are answered by _answer_general.
+ACTIONS: dict[str, Action] = {}
 
 
 def action(name: str) -> Callable[[Action], Action]:
     def add(fn: Action) -> Action:
-        _ACTIONS[name] = fn
+        ACTIONS[name] = fn
         return fn
 
     return add
@@ -139,16 +137,20 @@ def action(name: str) -> Callable[[Action], Action]:
 
 def run(request: Request, command: Command) -> None:
     """Carry out a command: react when done, or reply once saying why not."""
-    if command.name in _GENERAL:
+    spec = spec_for(command.name)
+    if spec.target is Target.ISSUE:
         _answer_general(request, command)
         return
-    act = _ACTIONS.get(command.name)
+    act = ACTIONS.get(command.name)
     if act is None:
         request.refuse(command.raw, f"`/{command.name}` is not available in this gaffer yet.")
         return
-    plan = request.plan() if command.name not in _REVIVING else request.latest_plan()
+    plan = request.latest_plan() if spec.target is Target.LATEST else request.plan()
     if plan is None:
         request.refuse(command.raw, "This issue has no active gaffer plan.")
+        return
+    if spec.states and plan.state not in spec.states:
+        request.refuse(command.raw, _wrong_state(command, plan, *spec.states))
         return
     problem = act(request, command, plan)
     if problem:
@@ -177,8 +179,6 @@ def _wrong_state(command: Command, plan: Plan, *states: PlanState) -> str:
 @action("approve")
 def approve_plan(request: Request, command: Command, plan: Plan) -> str | None:
     """Approve the current revision, bound to its number."""
-    if plan.state != PlanState.DRAFT:
-        return _wrong_state(command, plan, PlanState.DRAFT)
     revision = int(command.args.get("revision") or plan.current_revision)
     if revision != plan.current_revision:
         return (
@@ -284,8 +284,6 @@ def revise_plan(request: Request, command: Command, plan: Plan) -> str | None:
     feedback = command.args["feedback"]
     if plan.state == PlanState.IN_REVIEW:
         return _rework(request, plan, feedback)
-    if plan.state != PlanState.DRAFT:
-        return _wrong_state(command, plan, PlanState.DRAFT, PlanState.IN_REVIEW)
     return _replan(request, plan, Event.REVISE, feedback)
 
 
@@ -302,8 +300,6 @@ REPLAN_FEEDBACK = {
 @action("split")
 def replan(request: Request, command: Command, plan: Plan) -> str | None:
     """Ask the agent for a more detailed plan, or for the first of several smaller ones."""
-    if plan.state != PlanState.DRAFT:
-        return _wrong_state(command, plan, PlanState.DRAFT)
     event = Event.EXPAND if command.name == "expand" else Event.SPLIT
     return _replan(request, plan, event, REPLAN_FEEDBACK[command.name])
 
@@ -375,9 +371,6 @@ def choose_agent(request: Request, command: Command, plan: Plan) -> str | None:
         return f"There is no agent `{command.args['name']}`. Configured: " + ", ".join(
             f"`{name}`" for name in known
         )
-    choosable = (PlanState.PLANNING, PlanState.DRAFT, PlanState.APPROVED)
-    if plan.state not in choosable:
-        return _wrong_state(command, plan, *choosable)
     plan.agent, plan.model = command.args["name"], command.args.get("model")
     return None
 
@@ -396,7 +389,7 @@ def reject_plan(request: Request, command: Command, plan: Plan) -> str | None:
 def cancel_plan(request: Request, command: Command, plan: Plan) -> str | None:
     """Stop the plan wherever it is, killing a running agent."""
     if not advance(request.ctx.session, plan, Event.CANCEL, actor=request.actor):
-        return f"`/cancel` does not apply to a plan that is `{plan.state.value}`."
+        return "The plan changed while this command was handled; read it again."
     stop_plan_work(request.ctx, plan)
     return None
 

@@ -137,7 +137,8 @@ def test_approve_diff_before_the_diff_is_verified_is_not_ready(
     payload = send_comment(drafted, "/approve-diff abcdef1")
     after = seen(drafted, payload)
     [reply] = after.replies
-    assert "not ready" in reply and "0 changes" not in reply
+    assert "`/approve-diff` applies when the plan is `in_review`" in reply
+    assert "0 changes" not in reply
     assert after.reactions == [] and after.pulls == 0
     assert [kind for kind, *_ in after.approvals] == (["plan"] if approved else [])
     assert after.state == (PlanState.APPROVED if approved else PlanState.DRAFT)

@@ -1,6 +1,7 @@
 """The comment command parser: what counts as a command, and what is refused and why."""
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -9,10 +10,12 @@ from bot.commands import (
     REGISTRY,
     Command,
     Refusal,
+    Target,
     Who,
     parse_comment,
     render_help,
 )
+from bot.handlers.plan_commands import ACTIONS
 
 FENCE = "```"
 
@@ -256,3 +259,15 @@ def test_help_is_a_markdown_table_with_one_row_per_command() -> None:
     rows = render_help().splitlines()
     assert rows[0].startswith("| Command |")
     assert len(rows) == 2 + len(REGISTRY)
+
+
+def test_the_readmes_command_table_is_the_registrys() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    start = readme.index("| Command | Who | When | What it does |")
+    table = readme[start : readme.index("\n\n", start)]
+    assert table == render_help()
+
+
+def test_every_command_has_one_handler_and_every_handler_a_command() -> None:
+    on_plans = {spec.name for spec in REGISTRY if spec.target is not Target.ISSUE}
+    assert set(ACTIONS) == on_plans
