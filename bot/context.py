@@ -10,7 +10,21 @@ from sqlalchemy.orm import Session
 
 from bot.db import Database
 from bot.github import RepoClient
+from bot.repo_config import RepoConfig
 from bot.settings import Settings
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What GitHub said about a delivery before its transaction opened. Handlers read these
+    and call GitHub only after the commit, so no lock is held over a network round trip."""
+
+    config: RepoConfig | None = None
+    # Why the repository's config could not be used, when it could not.
+    config_error: str | None = None
+    # Whether the comment's author may give writers' commands; None when GitHub could not say.
+    may_write: bool | None = None
+    default_branch_sha: str | None = None
 
 
 @dataclass
@@ -27,6 +41,7 @@ class Context:
     looked_up: frozenset[str] = frozenset()
     # The stored delivery's id: a key for what this delivery does once, however often sent.
     delivery: int = 0
+    facts: Facts = field(default_factory=Facts)
     effects: list[Callable[[], object]] = field(default_factory=list)
 
     def after_commit(self, effect: Callable[[], object]) -> None:

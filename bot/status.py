@@ -63,12 +63,13 @@ def _render(db: Database, client: RepoClient, plan_id: int) -> _Shown:
             .order_by(CheckResult.id)
         ).all()
         spend = plan_spend(session, plan_id)
-        verification = _verification(client, plan, list(checks))
         changes = describe_changes(changes_since(session, plan))
-        body = status_comment(
-            plan, text, verification, spend, changes=changes, unsandboxed=client.unsandboxed
-        )
-        return _Shown(body, plan.state, plan.issue_number, plan.status_comment_id)
+    # Links on GitHub may need the repository from GitHub: asked with the transaction closed.
+    verification = _verification(client, plan, list(checks))
+    body = status_comment(
+        plan, text, verification, spend, changes=changes, unsandboxed=client.unsandboxed
+    )
+    return _Shown(body, plan.state, plan.issue_number, plan.status_comment_id)
 
 
 def _claim_first_post(db: Database, plan_id: int) -> bool:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import logging
 
-from bot.context import Context
+from bot.context import Context, Facts
 from bot.handlers.installations import InstallationUnknown
-from bot.handlers.routes import dispatch
+from bot.handlers.routes import dispatch, gather
 from bot.models import Delivery, utcnow
 from tasks.context import WorkerContext
 from tasks.installations import discover_installation
@@ -37,12 +37,22 @@ def process_delivery(wctx: WorkerContext, *, delivery_id: int) -> None:
 
 
 def _handle(wctx: WorkerContext, delivery_id: int, looked_up: frozenset[str]) -> None:
+    with wctx.db.session() as session:
+        row = session.get(Delivery, delivery_id)
+        if row is None or row.processed_at is not None:
+            return
+        event, payload = row.event, json.loads(row.payload)
+    # What the handlers need from GitHub is asked now, with no transaction open.
+    facts = (
+        Facts()
+        if _malformed(event, payload)
+        else gather(event, payload, wctx.client, wctx.settings)
+    )
     ctx: Context | None = None
     with wctx.db.session() as session:
         row = session.get(Delivery, delivery_id)
         if row is None or row.processed_at is not None:
             return
-        payload = json.loads(row.payload)
         row.processed_at = utcnow()
         row.attempts += 1
         problem = _malformed(row.event, payload)
@@ -57,6 +67,7 @@ def _handle(wctx: WorkerContext, delivery_id: int, looked_up: frozenset[str]) ->
             wctx.send_task,
             looked_up=looked_up,
             delivery=row.id,
+            facts=facts,
         )
         dispatch(ctx, row.event, payload)
     for effect in ctx.effects:

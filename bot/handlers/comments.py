@@ -2,29 +2,59 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 
 from bot.commands import Command, Refusal, Who, parse_comment, spec_for
-from bot.context import Context
+from bot.context import Context, Facts
 from bot.event_router import Router
+from bot.github import RepoClient
 from bot.handlers import plan_commands
 from bot.models import CommandReceipt
 from bot.permissions import COULD_NOT_VERIFY, PermissionUnknown, may_approve
 from bot.plans import active_plan
 from bot.render import config_error
 from bot.repo_config import RepoConfigError, fetch_recent_repo_config
+from bot.settings import Settings
 from bot.snapshots import COMMENT_DELETED, COMMENT_EDITED, COMMENTED, note_change
 
 router = Router()
+
+
+def gather(
+    payload: dict[str, Any], github: Callable[[int, str], RepoClient], settings: Settings
+) -> Facts:
+    """Ask GitHub, before the transaction, what a new comment's command needs: the config
+    (answers from the last minute will do, so a flood of commands costs GitHub one reply
+    each, not a round of look-ups), whether its author may write, the default branch."""
+    comment, issue = payload["comment"], payload["issue"]
+    if payload.get("action") != "created" or _from_a_bot(settings, comment):
+        return Facts()
+    command = None if issue.get("pull_request") else parse_comment(comment.get("body") or "")
+    if not isinstance(command, Command):
+        return Facts()
+    client = github(payload["installation"]["id"], payload["repository"]["full_name"])
+    try:
+        config = fetch_recent_repo_config(client, settings.server_config.get("defaults"))
+    except RepoConfigError as error:
+        return Facts(config_error=str(error))
+    if spec_for(command.name).who != Who.WRITER:
+        return Facts(config=config)
+    try:
+        may_write = may_approve(client, comment["user"]["login"], config, recent=True)
+    except PermissionUnknown:
+        return Facts(config=config)
+    sha = client.default_branch_sha() if may_write and command.name == "approve" else None
+    return Facts(config=config, may_write=may_write, default_branch_sha=sha)
 
 
 @router.register("issue_comment", "created")
 def comment_created(ctx: Context, payload: dict[str, Any]) -> None:
     """Act on a command in a new comment; note any other comment on the status comment."""
     comment, issue = payload["comment"], payload["issue"]
-    if _from_a_bot(ctx, comment) or issue.get("pull_request"):
+    if _from_a_bot(ctx.settings, comment) or issue.get("pull_request"):
         return
     parsed = parse_comment(comment.get("body") or "")
     if parsed is None:
@@ -44,7 +74,7 @@ def comment_created(ctx: Context, payload: dict[str, Any]) -> None:
 @router.register("issue_comment", "deleted")
 def comment_changed(ctx: Context, payload: dict[str, Any]) -> None:
     """Note an edited or deleted comment that the plan's revision read; never run it."""
-    if _from_a_bot(ctx, payload["comment"]) or payload["issue"].get("pull_request"):
+    if _from_a_bot(ctx.settings, payload["comment"]) or payload["issue"].get("pull_request"):
         return
     _note(ctx, payload, COMMENT_EDITED if payload["action"] == "edited" else COMMENT_DELETED)
 
@@ -63,22 +93,18 @@ def _note(ctx: Context, payload: dict[str, Any], what: str) -> None:
 
 
 def _authorised_run(request: plan_commands.Request, command: Command) -> None:
-    # Answers from the last minute will do for the config and for who may write: a flood
-    # of commands then costs GitHub one reaction or reply each, not a round of look-ups.
-    try:
-        request.config = fetch_recent_repo_config(
-            request.client, request.ctx.settings.server_config.get("defaults")
-        )
-    except RepoConfigError as error:
-        request.refuse(command.raw, config_error(str(error)))
+    facts = request.ctx.facts
+    if facts.config_error is not None:
+        request.refuse(command.raw, config_error(facts.config_error))
         return
+    if facts.config is None:
+        raise RuntimeError("the comment's facts were not gathered before its transaction")
+    request.config = facts.config
     if spec_for(command.name).who == Who.WRITER:
-        try:
-            allowed = may_approve(request.client, request.actor, request.config, recent=True)
-        except PermissionUnknown:
+        if facts.may_write is None:
             request.refuse(command.raw, COULD_NOT_VERIFY)
             return
-        if not allowed:
+        if not facts.may_write:
             request.refuse(
                 command.raw,
                 f"@{request.actor}, `/{command.name}` needs write access to this repository "
@@ -88,9 +114,9 @@ def _authorised_run(request: plan_commands.Request, command: Command) -> None:
     plan_commands.run(request, command)
 
 
-def _from_a_bot(ctx: Context, comment: dict[str, Any]) -> bool:
+def _from_a_bot(settings: Settings, comment: dict[str, Any]) -> bool:
     user = comment.get("user") or {}
-    allowed = ctx.settings.server_config.get("allowed_bots") or []
+    allowed = settings.server_config.get("allowed_bots") or []
     return bool(user.get("type") == "Bot" or comment.get("performed_via_github_app")) and (
         user.get("login") not in allowed
     )

@@ -2,21 +2,37 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from bot.context import Context
+from bot.context import Context, Facts
 from bot.event_router import Router
-from bot.github import LABEL_PREFIX
+from bot.github import LABEL_PREFIX, RepoClient
 from bot.handlers.installations import remember_installation, remember_repository
 from bot.models import Job, JobState, Plan
 from bot.plans import active_plan, add_job, advance, start_plan
 from bot.queue import CLEANUP, RUN_JOB
 from bot.render import config_error
 from bot.repo_config import RepoConfigError, fetch_repo_config, load_repo_config
+from bot.settings import Settings
 from bot.snapshots import BODY_EDITED, TITLE_EDITED, note_change
 from bot.states import Event
 
 router = Router()
+
+
+def gather(
+    payload: dict[str, Any], github: Callable[[int, str], RepoClient], settings: Settings
+) -> Facts:
+    """Read the repository's config, before the transaction, for a label someone added."""
+    label = (payload.get("label") or {}).get("name") or ""
+    if payload.get("action") != "labeled" or label.startswith(LABEL_PREFIX):
+        return Facts()
+    client = github(payload["installation"]["id"], payload["repository"]["full_name"])
+    try:
+        return Facts(config=fetch_repo_config(client, settings.server_config.get("defaults")))
+    except RepoConfigError as error:
+        return Facts(config_error=str(error))
 
 
 @router.register("issues", "labeled")
@@ -28,13 +44,12 @@ def label_added(ctx: Context, payload: dict[str, Any]) -> None:
     label = (payload.get("label") or {}).get("name") or ""
     if label.startswith(LABEL_PREFIX):  # gaffer's own state labels come back as events
         return
-    defaults = ctx.settings.server_config.get("defaults")
-    try:
-        config = fetch_repo_config(client, defaults)
-    except RepoConfigError as error:
+    config = ctx.facts.config
+    if config is None:
         # The broken file may have renamed the label; answer when the usual one is used.
+        defaults = ctx.settings.server_config.get("defaults")
         if label == load_repo_config(None, defaults).label:
-            message = config_error(str(error))
+            message = config_error(ctx.facts.config_error or "it could not be read")
             ctx.after_commit(lambda: client.reply(issue["number"], message))
         return
     if label != config.label or issue.get("state") != "open":

@@ -190,7 +190,7 @@ def approve_plan(request: Request, command: Command, plan: Plan) -> str | None:
             f"r{revision} was posted after this comment was written, so the comment does not "
             f"approve it. Read it and answer `/approve` again (or `/approve r{revision}`)."
         )
-    base_sha = request.client.default_branch_sha()
+    base_sha = request.ctx.facts.default_branch_sha  # asked before the transaction
     if not advance(
         request.ctx.session,
         plan,

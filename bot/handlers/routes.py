@@ -2,15 +2,36 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from bot.context import Context
+from bot.context import Context, Facts
 from bot.event_router import Router
+from bot.github import RepoClient
 from bot.handlers import checks, comments, installations, issues, jam, pulls
+from bot.settings import Settings
 
 ROUTER = Router()
 for _module in (installations, issues, comments, pulls, checks, jam):
     ROUTER.include(_module.router)
+
+
+# What each event's handlers need from GitHub, asked before the delivery's transaction.
+GATHER: dict[str, Callable[[dict[str, Any], Callable[[int, str], RepoClient], Settings], Facts]] = {
+    "issues": issues.gather,
+    "issue_comment": comments.gather,
+}
+
+
+def gather(
+    event: str,
+    payload: dict[str, Any],
+    github: Callable[[int, str], RepoClient],
+    settings: Settings,
+) -> Facts:
+    """Ask GitHub what the event's handlers will need; call it with no transaction open."""
+    asks = GATHER.get(event)
+    return asks(payload, github, settings) if asks else Facts()
 
 
 def handles(event: str, action: str | None) -> bool:
