@@ -7,7 +7,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from bot.models import CheckResult, Plan, PlanState
-from bot.repo_config import RepoConfig
+from bot.repo_config import BUILT_IN_CHECKS, RepoConfig
 
 
 def diff_rule_problem(
@@ -34,6 +34,6 @@ def checks_green(session: Session, plan: Plan) -> bool:
         )
     ).all()
     return bool(results) and all(
-        r.conclusion == "success" or (r.name == "diff" and r.conclusion == "neutral")
+        r.conclusion == "success" or (r.name in BUILT_IN_CHECKS and r.conclusion == "neutral")
         for r in results
     )

@@ -66,6 +66,26 @@ class JobState(StrEnum):
     CANCELLED = "cancelled"
 
 
+class Stage(StrEnum):
+    """What a job does (stored in `jobs.stage`), and what an agent is run for: FIX is an
+    agent run inside an execute or rework job, never a job of its own."""
+
+    PLAN = "plan"
+    REVISE = "revise"
+    EXECUTE = "execute"
+    REWORK = "rework"
+    FIX = "fix"
+    OPEN_PR = "open_pr"
+    RECHECK = "recheck"
+
+
+class ApprovalKind(StrEnum):
+    """What an approval approved (stored in `approvals.kind`)."""
+
+    PLAN = "plan"
+    DIFF = "diff"
+
+
 def _enum(cls: type[StrEnum]) -> Enum:
     # Stored by value so the rows read the same in SQL as in the code.
     return Enum(cls, values_callable=lambda e: [m.value for m in e], native_enum=False, length=20)

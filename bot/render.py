@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from bot.costs import Spend
 from bot.github import STATUS_MARKER
-from bot.models import CheckResult, Job, Plan, PlanState
+from bot.models import CheckResult, Job, Plan, PlanState, Stage
 from bot.states import Event, events_from
 
 # The command a person types for each event a comment can cause.
@@ -215,13 +215,13 @@ def foreign_pull_note(number: int, author: str, head_label: str, base: str) -> s
 
 
 # What each stage was doing, for the reply after its worker died.
-_DOING = {
-    "plan": "planning",
-    "revise": "planning",
-    "execute": "execution",
-    "rework": "rework",
-    "open_pr": "the pull request job",
-    "recheck": "the re-run of the checks",
+_DOING: dict[str, str] = {
+    Stage.PLAN: "planning",
+    Stage.REVISE: "planning",
+    Stage.EXECUTE: "execution",
+    Stage.REWORK: "rework",
+    Stage.OPEN_PR: "the pull request job",
+    Stage.RECHECK: "the re-run of the checks",
 }
 
 

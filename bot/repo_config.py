@@ -20,8 +20,12 @@ REPO_CONFIG_PATH = ".github/gaffer.yml"
 MAX_CONFIG_BYTES = 64 * 1024
 # A check's name names its check run and its log and home folders: a short name, no path.
 CHECK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", re.ASCII)
-# gaffer's own check run; a repository's check of that name would be taken for it.
-RESERVED_CHECK_NAMES = frozenset({"diff"})
+# gaffer's built-in checks, run after the repository's own (tasks/stages/verification.py
+# holds what each does); a repository's check of one of these names would be taken for it.
+# A built-in check may end `neutral` (a warning) and still count as green.
+DIFF_CHECK = "diff"
+BUILT_IN_CHECKS = (DIFF_CHECK,)
+RESERVED_CHECK_NAMES = frozenset(BUILT_IN_CHECKS)
 
 
 class RepoConfigError(Exception):

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable
 from datetime import timedelta
 
-from bot.models import Job, JobState
+from bot.models import Job, JobState, Stage
 from tasks.context import WorkerContext
 from tasks.leases import Heartbeat, claim, finish
 from tasks.stages.execution import run_execution, run_recheck
@@ -15,14 +15,14 @@ from tasks.stages.pulls import open_pull_request
 
 log = logging.getLogger(__name__)
 
-Stage = Callable[[WorkerContext, Job], None]
-STAGES: dict[str, Stage] = {
-    "plan": run_planning,
-    "revise": run_planning,
-    "execute": run_execution,
-    "rework": run_execution,
-    "open_pr": open_pull_request,
-    "recheck": run_recheck,
+RunStage = Callable[[WorkerContext, Job], None]
+STAGES: dict[str, RunStage] = {
+    Stage.PLAN: run_planning,
+    Stage.REVISE: run_planning,
+    Stage.EXECUTE: run_execution,
+    Stage.REWORK: run_execution,
+    Stage.OPEN_PR: open_pull_request,
+    Stage.RECHECK: run_recheck,
 }
 
 

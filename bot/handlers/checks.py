@@ -9,7 +9,7 @@ from sqlalchemy import select
 
 from bot.context import Context
 from bot.event_router import Router
-from bot.models import Plan, PlanState
+from bot.models import Plan, PlanState, Stage
 from bot.plans import add_job
 from bot.queue import RUN_JOB
 
@@ -17,7 +17,6 @@ router = Router()
 
 # gaffer's check runs carry `gaffer-<plan id>-<check>-<sha>` (tasks/checks/checkruns.py).
 _OURS = re.compile(r"^gaffer-(?P<plan>\d+)-")
-RECHECK = "recheck"
 
 
 @router.register("check_run", "rerequested")
@@ -58,7 +57,7 @@ def _recheck(ctx: Context, payload: dict[str, Any], plan: Plan | None, head_sha:
         ctx.after_commit(lambda: client.reply(issue_number, reply))
         return
     # Keyed by the delivery: each click runs the checks once, however often GitHub sends it.
-    job = add_job(ctx.session, plan, RECHECK, f"{RECHECK}-{ctx.delivery}")
+    job = add_job(ctx.session, plan, Stage.RECHECK, f"recheck-{ctx.delivery}")
     if job is not None:
         ctx.session.flush()
         ctx.enqueue(RUN_JOB, job_id=job.id)

@@ -9,7 +9,7 @@ from bot.context import Context, Facts
 from bot.event_router import Router
 from bot.github import LABEL_PREFIX, RepoClient
 from bot.handlers.installations import remember_installation, remember_repository
-from bot.models import Job, JobState, Plan
+from bot.models import Job, JobState, Plan, Stage
 from bot.plans import active_plan, add_job, advance, start_plan
 from bot.queue import CLEANUP, RUN_JOB
 from bot.render import config_error
@@ -69,7 +69,7 @@ def label_added(ctx: Context, payload: dict[str, Any]) -> None:
     )
     if not start_plan(ctx.session, plan):
         return
-    job = add_job(ctx.session, plan, "plan", "plan:r1")
+    job = add_job(ctx.session, plan, Stage.PLAN, "plan:r1")
     assert job is not None  # a new plan has no jobs yet
     ctx.session.flush()
     # The planning job shows the plan on the issue once GitHub confirms the issue is open

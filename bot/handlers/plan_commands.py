@@ -20,11 +20,13 @@ from bot.github import RepoClient
 from bot.handlers.issues import stop_plan_work
 from bot.models import (
     Approval,
+    ApprovalKind,
     CheckResult,
     CommandReceipt,
     Plan,
     PlanRevision,
     PlanState,
+    Stage,
     aware,
     github_time,
     utcnow,
@@ -203,13 +205,13 @@ def approve_plan(request: Request, command: Command, plan: Plan) -> str | None:
     request.ctx.session.add(
         Approval(
             plan_id=plan.id,
-            kind="plan",
+            kind=ApprovalKind.PLAN,
             revision=revision,
             approver=request.actor,
             comment_id=request.comment_id,
         )
     )
-    _queue(request, plan, "execute", f"execute:r{revision}")
+    _queue(request, plan, Stage.EXECUTE, f"execute:r{revision}")
     return None
 
 
@@ -222,7 +224,7 @@ def approve_diff(request: Request, command: Command, plan: Plan) -> str | None:
     request.ctx.session.add(
         Approval(
             plan_id=plan.id,
-            kind="diff",
+            kind=ApprovalKind.DIFF,
             sha=plan.head_sha,
             approver=request.actor,
             comment_id=request.comment_id,
@@ -231,7 +233,7 @@ def approve_diff(request: Request, command: Command, plan: Plan) -> str | None:
     # Each approving comment is its own attempt: one refused for a reason since fixed (the
     # branch moved and was pushed back) can be followed by another. GitHub's one open PR
     # per head and base keeps concurrent attempts to one PR.
-    _queue(request, plan, "open_pr", f"open_pr:{plan.head_sha}:{request.comment_id}")
+    _queue(request, plan, Stage.OPEN_PR, f"open_pr:{plan.head_sha}:{request.comment_id}")
     return None
 
 
@@ -307,7 +309,7 @@ def replan(request: Request, command: Command, plan: Plan) -> str | None:
 def _replan(request: Request, plan: Plan, event: Event, feedback: str) -> str | None:
     if not advance(request.ctx.session, plan, event, actor=request.actor, reason=feedback):
         return "The plan changed while this command was handled; read it again."
-    _queue(request, plan, "revise", f"plan:r{plan.current_revision + 1}", feedback=feedback)
+    _queue(request, plan, Stage.REVISE, f"plan:r{plan.current_revision + 1}", feedback=feedback)
     return None
 
 
@@ -319,7 +321,7 @@ def _rework(request: Request, plan: Plan, feedback: str) -> str | None:
     ):
         return "The plan changed while this command was handled; read it again."
     void_diff_approvals(request.ctx.session, plan)
-    _queue(request, plan, "rework", f"rework:{head}:{request.comment_id}", feedback=feedback)
+    _queue(request, plan, Stage.REWORK, f"rework:{head}:{request.comment_id}", feedback=feedback)
     return None
 
 
@@ -327,7 +329,11 @@ def void_diff_approvals(session: Session, plan: Plan) -> None:
     """Void the plan's diff approvals: they bound a head that is about to change."""
     session.execute(
         update(Approval)
-        .where(Approval.plan_id == plan.id, Approval.kind == "diff", Approval.voided_at.is_(None))
+        .where(
+            Approval.plan_id == plan.id,
+            Approval.kind == ApprovalKind.DIFF,
+            Approval.voided_at.is_(None),
+        )
         .values(voided_at=utcnow())
     )
 
@@ -338,10 +344,10 @@ def retry_plan(request: Request, command: Command, plan: Plan) -> str | None:
     session = request.ctx.session
     if plan.approved_revision:
         moved = advance(session, plan, Event.RETRY, actor=request.actor, fix_rounds=0)
-        stage, key = "execute", f"execute:r{plan.approved_revision}:{request.comment_id}"
+        stage, key = Stage.EXECUTE, f"execute:r{plan.approved_revision}:{request.comment_id}"
     else:
         moved = advance(session, plan, Event.RETRY_PLAN, actor=request.actor)
-        stage, key = "plan", f"plan:r{plan.current_revision + 1}:{request.comment_id}"
+        stage, key = Stage.PLAN, f"plan:r{plan.current_revision + 1}:{request.comment_id}"
     if not moved:
         return _wrong_state(command, plan, PlanState.FAILED)
     _queue(request, plan, stage, key)

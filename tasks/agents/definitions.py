@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from bot.agent_names import AGENTS_FILE, merge_definitions
+from bot.models import Stage
 from tasks.agents.pricing import price
 from tasks.agents.usage import (
     AgentOutput,
@@ -34,7 +35,7 @@ from tasks.isolation.runner import RunResult, is_gaffer_secret, run_process, san
 from tasks.isolation.sandbox import Sandbox, SandboxUnavailable
 from tasks.recovery.strays import worktree_mark
 
-READ_ONLY_STAGES = frozenset({"plan", "revise"})
+READ_ONLY_STAGES = frozenset({Stage.PLAN, Stage.REVISE})
 OUTPUTS = ("text", "claude-json", "codex-jsonl", "gemini-json", "aider", "opencode-jsonl")
 PLACEHOLDERS = frozenset({"prompt", "prompt_file", "model", "workdir", "stage", "python"})
 KEYS = frozenset(

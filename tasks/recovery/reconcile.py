@@ -27,6 +27,7 @@ from bot.models import (
     Plan,
     PlanState,
     Repository,
+    Stage,
     github_time,
     utcnow,
 )
@@ -76,14 +77,14 @@ MAX_DELIVERY_PAGES = 10
 # The plan states each stage can pick up from when its worker died. The pushed branch is the
 # truth, so execution restarts from it on any worker.
 RESUMES_FROM: dict[str, frozenset[PlanState]] = {
-    "plan": frozenset({PlanState.PLANNING}),
-    "revise": frozenset({PlanState.PLANNING}),
-    "execute": frozenset({PlanState.APPROVED, PlanState.EXECUTING}),
-    "rework": frozenset({PlanState.APPROVED, PlanState.EXECUTING}),
+    Stage.PLAN: frozenset({PlanState.PLANNING}),
+    Stage.REVISE: frozenset({PlanState.PLANNING}),
+    Stage.EXECUTE: frozenset({PlanState.APPROVED, PlanState.EXECUTING}),
+    Stage.REWORK: frozenset({PlanState.APPROVED, PlanState.EXECUTING}),
     # Opening the PR looks for the branch's PR before creating one, so it may run again.
-    "open_pr": frozenset({PlanState.IN_REVIEW}),
+    Stage.OPEN_PR: frozenset({PlanState.IN_REVIEW}),
     # Checks run again on the same commit update the same check runs.
-    "recheck": frozenset({PlanState.IN_REVIEW}),
+    Stage.RECHECK: frozenset({PlanState.IN_REVIEW}),
 }
 
 

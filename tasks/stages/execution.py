@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.github import RepoClient
-from bot.models import Job, JobState, Plan, PlanRevision, PlanState
+from bot.models import Job, JobState, Plan, PlanRevision, PlanState, Stage
 from bot.plans import advance
 from bot.render import denied_calls
 from bot.repo_config import RepoConfig, fetch_repo_config
@@ -191,7 +191,7 @@ def _approved(wctx: WorkerContext, plan: Plan) -> tuple[Snapshot, str]:
 
 def _work_and_verify(space: Workspace) -> None:
     prompt = execute_prompt(space.issue, space.plan_text, feedback=space.job.feedback)
-    _agent(space, space.job.stage if space.job.stage == "rework" else "execute", prompt)
+    _agent(space, Stage.REWORK if space.job.stage == Stage.REWORK else Stage.EXECUTE, prompt)
     head = _commit_and_push(space)
     while True:
         _moved(space, Event.WORK_DONE, head_sha=head)
@@ -203,7 +203,7 @@ def _work_and_verify(space: Workspace) -> None:
             _moved(space, Event.CHECKS_FAILED_FINAL, last_error=verdict.failure_summary)
             return
         _moved(space, Event.CHECKS_FAILED_RETRY, fix_rounds=space.plan.fix_rounds + 1)
-        _agent(space, "fix", fix_prompt(space.issue, space.plan_text, verdict.failures))
+        _agent(space, Stage.FIX, fix_prompt(space.issue, space.plan_text, verdict.failures))
         head = _commit_and_push(space)
 
 

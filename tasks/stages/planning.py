@@ -7,7 +7,7 @@ import logging
 from sqlalchemy import delete
 
 from bot.github import RepoClient
-from bot.models import Job, JobState, Plan, PlanRevision, PlanState
+from bot.models import Job, JobState, Plan, PlanRevision, PlanState, Stage
 from bot.plans import advance
 from bot.render import config_error
 from bot.repo_config import RepoConfig, RepoConfigError, fetch_repo_config
@@ -34,7 +34,7 @@ def run_planning(wctx: WorkerContext, job: Job) -> None:
         finish(wctx.db, job.id, wctx.worker_id, JobState.CANCELLED, "plan is no longer planning")
         return
     client = wctx.client(plan.installation_id, plan.repository.full_name)
-    starting = job.stage == "plan" and plan.current_revision == 0
+    starting = job.stage == Stage.PLAN and plan.current_revision == 0
     snapshot: Snapshot | None = None
     try:
         gone = _request_gone(wctx, client, plan) if starting else None

@@ -8,7 +8,16 @@ from sqlalchemy.orm import Session
 from bot.approvals import diff_rule_problem
 from bot.costs import plan_spend
 from bot.github import PullBlocked, RepoClient
-from bot.models import Approval, CheckResult, Job, JobState, Plan, PlanRevision, PlanState
+from bot.models import (
+    Approval,
+    ApprovalKind,
+    CheckResult,
+    Job,
+    JobState,
+    Plan,
+    PlanRevision,
+    PlanState,
+)
 from bot.permissions import may_approve
 from bot.plans import advance
 from bot.repo_config import fetch_repo_config
@@ -77,7 +86,7 @@ def _live_approval(session: Session, plan: Plan) -> Approval | None:
         select(Approval)
         .where(
             Approval.plan_id == plan.id,
-            Approval.kind == "diff",
+            Approval.kind == ApprovalKind.DIFF,
             Approval.voided_at.is_(None),
             Approval.sha == plan.head_sha,
         )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from bot.costs import Spend
 from bot.models import CheckResult, Job
-from bot.repo_config import Check
+from bot.repo_config import DIFF_CHECK, Check
 from tasks.checks.checkruns import (
     CheckOutput,
     annotations_from_output,
@@ -58,16 +58,19 @@ class Verdict:
 
 
 def verify(space: Workspace, head_sha: str) -> Verdict:
-    """Run each configured check and the diff check on head_sha; post each as a check run."""
+    """Run each configured check, then the built-in ones, on head_sha; post each as a check
+    run."""
     verdict = Verdict()
     for check in space.config.checks:
         output, log = _run_check(space, head_sha, check)
         if output.conclusion != "success":
             verdict.failures.append((check.name, log))
         _restore(space.worktree)
-    diff = _diff_check(space, head_sha)
-    if diff.conclusion == "failure":
-        verdict.failures.append(("diff", diff.summary))
+    for name, built_in in BUILT_IN.items():
+        output = built_in(space, head_sha)
+        _complete(space, head_sha, name, external_id(space.plan.id, name, head_sha), output, None)
+        if output.conclusion == "failure":
+            verdict.failures.append((name, output.summary))
     return verdict
 
 
@@ -178,18 +181,19 @@ def _restore(worktree: Path) -> None:
 
 
 def _diff_check(space: Workspace, head_sha: str) -> CheckOutput:
-    name = "diff"
-    ext = external_id(space.plan.id, name, head_sha)
+    """What the diff changed against the plan's scope and the protected paths."""
     report = analyse(
         changed_files(space.mirror, space.plan.base_sha or "", head_sha),
         scope=plan_scope(space.plan_text),
         protected_paths=list(space.config.protected_paths),
     )
-    output = CheckOutput(
+    return CheckOutput(
         conclusion=report.conclusion, title=report.title, summary=report.summary, text=""
     )
-    _complete(space, head_sha, name, ext, output, None)
-    return output
+
+
+# The built-in checks by name (bot/repo_config.py's BUILT_IN_CHECKS), run in this order.
+BUILT_IN: dict[str, Callable[[Workspace, str], CheckOutput]] = {DIFF_CHECK: _diff_check}
 
 
 def _complete(

@@ -254,3 +254,11 @@ def test_annotations_go_in_batches_of_fifty(count, sizes):
 def test_batches_larger_than_githubs_limit_are_refused():
     with pytest.raises(ValueError):
         list(batches([], size=51))
+
+
+def test_every_built_in_check_is_reserved_and_has_its_runner() -> None:
+    from bot.repo_config import BUILT_IN_CHECKS, RESERVED_CHECK_NAMES
+    from tasks.stages.verification import BUILT_IN
+
+    assert tuple(BUILT_IN) == BUILT_IN_CHECKS
+    assert set(BUILT_IN_CHECKS) == RESERVED_CHECK_NAMES
