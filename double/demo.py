@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -91,6 +92,7 @@ def local_gaffer(
         github.add_repo(REPO, origin, installation_id=INSTALLATION)
         github.permissions[(REPO, "maintainer")] = "admin"
         api_url = stack.enter_context(serve_on_loopback(double))
+        github.web_url = api_url  # links on the thread point at the double, not at github.com
         settings = _settings(home, api_url, server or {})
         upgrade(settings.database_url)
         stack.enter_context(_workers(settings, home, agent_slots))
@@ -122,18 +124,32 @@ def run_demo() -> int:
 
 
 def _play(flow: IssueFlow, github: GitHubState) -> None:
+    _say(
+        "reporter",
+        f"opens issue #{flow.number} “{flow.title}”\n\n{_without_script(flow.body)}\n\n"
+        "(the body's `gaffer-script` block tells the demo's scripted agent what to write)",
+    )
     _say("triager", "adds the label `gaffer`")
     flow.label()
     flow.wait_state(PlanState.DRAFT)
     _show_status(flow)
     _comment(flow, "/approve")
     plan = flow.wait_state(PlanState.IN_REVIEW, PlanState.FAILED)
-    for run in github.check_runs(REPO):
-        _say(
-            "check run",
-            f"{run['name']} on {run['head_sha'][:12]}: {run['conclusion']}"
-            f" — {run['output']['title']}",
-        )
+    runs = github.check_runs(REPO)
+    for head in dict.fromkeys(run["head_sha"] for run in runs):
+        on_head = [run for run in runs if run["head_sha"] == head]
+        for run in on_head:
+            _say(
+                "check run",
+                f"{run['name']} on {head[:12]}: {run['conclusion']} — {run['output']['title']}",
+            )
+        for run in on_head:
+            if run["conclusion"] == "failure":
+                _say(
+                    "gaffer",
+                    f"sends what {run['name']} printed back to the agent, which fixes it:\n\n"
+                    + _tail(run),
+                )
     _show_status(flow)
     if plan.state != PlanState.IN_REVIEW:
         return
@@ -143,7 +159,7 @@ def _play(flow: IssueFlow, github: GitHubState) -> None:
     _say(
         "pull request",
         f"#{pull['number']} “{pull['title']}” from {pull['head']['ref']} "
-        f"at {pull['head']['sha'][:12]}",
+        f"at {pull['head']['sha'][:12]}\n\n{_shown(pull['body'] or '')}",
     )
     _show_status(flow)
 
@@ -152,6 +168,7 @@ def _comment(flow: IssueFlow, body: str) -> None:
     _say("maintainer", body)
     flow.comment(body)
     wait_for(lambda: any(c["content"] == "eyes" for c in _last_reactions(flow)), what="👀")
+    _say("gaffer[bot]", "reacts 👀: the command is accepted")
 
 
 def _last_reactions(flow: IssueFlow) -> list[dict]:
@@ -160,7 +177,23 @@ def _last_reactions(flow: IssueFlow) -> list[dict]:
 
 
 def _show_status(flow: IssueFlow) -> None:
-    _say("gaffer[bot]", "(status comment, edited in place)\n" + flow.status())
+    _say("gaffer[bot]", "(status comment, edited in place)\n" + _shown(flow.status()))
+
+
+def _shown(markdown: str) -> str:
+    """Return markdown as a reader sees it rendered: no hidden markers, no HTML tags."""
+    visible = re.sub(r"<!--.*?-->\n*", "", markdown, flags=re.DOTALL)
+    return re.sub(r"</?(?:sub|details|summary)>", "", visible).strip()
+
+
+def _without_script(body: str) -> str:
+    return re.sub(r"```gaffer-script\n.*?```\n?", "", body, flags=re.DOTALL).strip()
+
+
+def _tail(run: dict[str, Any], lines: int = 8) -> str:
+    """The last lines of a check run's output, as the fix prompt quotes it."""
+    output = run["output"].get("text") or run["output"].get("summary") or ""
+    return textwrap.indent("\n".join(output.strip().splitlines()[-lines:]), "    ")
 
 
 def _say(who: str, text: str) -> None:

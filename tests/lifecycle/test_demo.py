@@ -13,15 +13,25 @@ def test_demo_prints_the_thread_from_label_to_pull_request() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     steps = [
+        "opens issue #1 “Long widget names overflow the sidebar”",
+        "Cut them at 20 characters with an ellipsis.",
         "adds the label `gaffer`",
         "`draft`",
         "/approve",
-        "gaffer/tests",
+        "reacts 👀",
+        "gaffer/tests on",
+        ": failure",
+        "sends what gaffer/tests printed back to the agent",
+        "AssertionError",
+        "success — tests passed",
         "`in_review`",
         "/approve-diff",
         "── pull request",
+        "Closes #1",
         "`pr_open`",
     ]
     positions = [out.index(step) for step in steps]
     assert positions == sorted(positions)  # the thread reads in lifecycle order
-    assert "gaffer/tests on" in out and ": failure" in out and ": success" in out
+    # As a reader sees it: no hidden markers, links to the double that served it.
+    assert "<!--" not in out and "<sub>" not in out
+    assert "github.com" not in out and "http://127.0.0.1:" in out
