@@ -15,6 +15,16 @@ from bot.settings import Settings
 
 
 @dataclass(frozen=True)
+class Asker:
+    """What a handler's `gather` may use before the delivery's transaction: GitHub, the
+    settings, and the database for short reads of its own."""
+
+    github: Callable[[int, str], RepoClient]
+    settings: Settings
+    db: Database
+
+
+@dataclass(frozen=True)
 class Facts:
     """What GitHub said about a delivery before its transaction opened. Handlers read these
     and call GitHub only after the commit, so no lock is held over a network round trip."""
@@ -25,6 +35,8 @@ class Facts:
     # Whether the comment's author may give writers' commands; None when GitHub could not say.
     may_write: bool | None = None
     default_branch_sha: str | None = None
+    # The issue a Jam's report was opened as.
+    opened_issue: int | None = None
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 
-from bot.context import Context, Facts
+from bot.context import Asker, Context, Facts
 from bot.handlers.installations import InstallationUnknown
 from bot.handlers.routes import dispatch, gather
 from bot.models import Delivery, utcnow
@@ -46,7 +46,7 @@ def _handle(wctx: WorkerContext, delivery_id: int, looked_up: frozenset[str]) ->
     facts = (
         Facts()
         if _malformed(event, payload)
-        else gather(event, payload, wctx.client, wctx.settings)
+        else gather(event, payload, Asker(wctx.client, wctx.settings, wctx.db))
     )
     ctx: Context | None = None
     with wctx.db.session() as session:

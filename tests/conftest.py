@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +12,9 @@ import pytest
 import responses
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from sqlalchemy import create_engine, text
+from flask import request
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import Engine
 
 from bot.app import create_app
 from bot.github import STATUS_MARKER
@@ -266,3 +269,33 @@ def here(app, client, github_http, origin: Path, wctx) -> InProcess:
         app, client, github_http, origin, REPO, INSTALLATION_ID, WEBHOOK_SECRET, body=BODY
     ).open()
     return InProcess(flow, wctx)
+
+
+# Database transactions open in each thread, counted from SQLAlchemy's own events.
+_open = threading.local()
+
+
+def _began(_connection: object) -> None:
+    _open.count = getattr(_open, "count", 0) + 1
+
+
+def _ended(_connection: object) -> None:
+    _open.count = max(getattr(_open, "count", 0) - 1, 0)
+
+
+@pytest.fixture
+def in_transactions(github) -> Iterator[list[str]]:
+    """The GitHub requests made while this thread had a database transaction open."""
+    found: list[str] = []
+    hooks = [("begin", _began), ("commit", _ended), ("rollback", _ended)]
+    for name, hook in hooks:
+        event.listen(Engine, name, hook)
+
+    @github.flask_app.before_request
+    def note() -> None:
+        if getattr(_open, "count", 0):
+            found.append(f"{request.method} {request.path}")
+
+    yield found
+    for name, hook in hooks:
+        event.remove(Engine, name, hook)

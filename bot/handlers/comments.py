@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 
 from bot.commands import Command, Refusal, Who, parse_comment, spec_for
-from bot.context import Context, Facts
+from bot.context import Asker, Context, Facts
 from bot.event_router import Router
-from bot.github import RepoClient
 from bot.handlers import plan_commands
 from bot.models import CommandReceipt
 from bot.permissions import COULD_NOT_VERIFY, PermissionUnknown, may_approve
@@ -23,19 +21,17 @@ from bot.snapshots import COMMENT_DELETED, COMMENT_EDITED, COMMENTED, note_chang
 router = Router()
 
 
-def gather(
-    payload: dict[str, Any], github: Callable[[int, str], RepoClient], settings: Settings
-) -> Facts:
+def gather(payload: dict[str, Any], ask: Asker) -> Facts:
     """Ask GitHub, before the transaction, what a new comment's command needs: the config
     (answers from the last minute will do, so a flood of commands costs GitHub one reply
     each, not a round of look-ups), whether its author may write, the default branch."""
-    comment, issue = payload["comment"], payload["issue"]
+    comment, issue, settings = payload["comment"], payload["issue"], ask.settings
     if payload.get("action") != "created" or _from_a_bot(settings, comment):
         return Facts()
     command = None if issue.get("pull_request") else parse_comment(comment.get("body") or "")
     if not isinstance(command, Command):
         return Facts()
-    client = github(payload["installation"]["id"], payload["repository"]["full_name"])
+    client = ask.github(payload["installation"]["id"], payload["repository"]["full_name"])
     try:
         config = fetch_recent_repo_config(client, settings.server_config.get("defaults"))
     except RepoConfigError as error:

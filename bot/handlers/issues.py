@@ -2,35 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from bot.context import Context, Facts
+from bot.context import Asker, Context, Facts
 from bot.event_router import Router
-from bot.github import LABEL_PREFIX, RepoClient
+from bot.github import LABEL_PREFIX
 from bot.handlers.installations import remember_installation, remember_repository
 from bot.models import Job, JobState, Plan, Stage
 from bot.plans import active_plan, add_job, advance, start_plan
 from bot.queue import CLEANUP, RUN_JOB
 from bot.render import config_error
 from bot.repo_config import RepoConfigError, fetch_repo_config, load_repo_config
-from bot.settings import Settings
 from bot.snapshots import BODY_EDITED, TITLE_EDITED, note_change
 from bot.states import Event
 
 router = Router()
 
 
-def gather(
-    payload: dict[str, Any], github: Callable[[int, str], RepoClient], settings: Settings
-) -> Facts:
+def gather(payload: dict[str, Any], ask: Asker) -> Facts:
     """Read the repository's config, before the transaction, for a label someone added."""
     label = (payload.get("label") or {}).get("name") or ""
     if payload.get("action") != "labeled" or label.startswith(LABEL_PREFIX):
         return Facts()
-    client = github(payload["installation"]["id"], payload["repository"]["full_name"])
+    client = ask.github(payload["installation"]["id"], payload["repository"]["full_name"])
+    defaults = ask.settings.server_config.get("defaults")
     try:
-        return Facts(config=fetch_repo_config(client, settings.server_config.get("defaults")))
+        return Facts(config=fetch_repo_config(client, defaults))
     except RepoConfigError as error:
         return Facts(config_error=str(error))
 

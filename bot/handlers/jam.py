@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from bot.context import Context
+from bot.context import Asker, Context, Facts
 from bot.db import Database
 from bot.event_router import Router
 from bot.handlers.installations import InstallationUnknown
@@ -34,41 +34,60 @@ LOOKBACK = timedelta(days=3)
 UNROUTABLE = "no jam route matches and jam.default_repository is not set"
 
 
+def gather(payload: dict[str, Any], ask: Asker) -> Facts:
+    """Open the Jam's issue before the transaction that records it.
+
+    Opening looks first for an issue an earlier attempt opened (by the Jam's marker), so a
+    delivery tried again opens no second one.
+    """
+    jam = read_envelope(payload)
+    with ask.db.session() as session:
+        report = session.scalar(select(JamReport).where(JamReport.jam_id == jam.id))
+        if report is not None and report.issue_number is not None:
+            return Facts()  # another delivery of this Jam opened its issue
+        full_name = parse_routes(ask.settings.server_config).repository_for(jam)
+        installed = _installation_of(session, full_name) if full_name else None
+    if installed is None:
+        return Facts()  # the handler says why no issue is opened, or asks who installed it
+    try:
+        return Facts(opened_issue=_open_issue(ask, jam, *installed))
+    except Exception as error:
+        # The delivery is retried; meanwhile the Jam's row says what went wrong.
+        _note_failure(ask.db, jam, payload, installed[1], error)
+        raise
+
+
 @router.register(JAM_CREATED)
 def jam_created(ctx: Context, payload: dict[str, Any]) -> None:
-    """Open the Jam's issue with the trigger label, unless the Jam already has one."""
+    """Record the Jam's issue (opened by `gather`), or why it has none."""
     jam = read_envelope(payload)
-    # Only reads until the issue exists, so SQLite's write lock is not held over network calls.
-    with ctx.session.no_autoflush:
-        report = ctx.session.scalar(select(JamReport).where(JamReport.jam_id == jam.id))
-        if report is not None and report.issue_number is not None:
-            return  # another delivery of this Jam opened its issue
-        full_name = parse_routes(ctx.settings.server_config).repository_for(jam)
-        installed = _installation_of(ctx.session, full_name) if full_name else None
-        if full_name and installed is None and full_name.lower() not in ctx.looked_up:
-            # The App may have been installed before gaffer first started: ask GitHub.
-            raise InstallationUnknown(full_name)
+    report = ctx.session.scalar(select(JamReport).where(JamReport.jam_id == jam.id))
+    if report is not None and report.issue_number is not None:
+        return  # another delivery of this Jam opened its issue
+    full_name = parse_routes(ctx.settings.server_config).repository_for(jam)
+    installed = _installation_of(ctx.session, full_name) if full_name else None
+    if full_name and installed is None and full_name.lower() not in ctx.looked_up:
+        # The App may have been installed before gaffer first started: ask GitHub.
+        raise InstallationUnknown(full_name)
     report = report or _new_report(ctx.session, jam, payload)
     report.repository = installed[1] if installed else full_name
     if full_name is None:
         _mark(report, JamStatus.UNROUTABLE, UNROUTABLE)
     elif installed is None:
         _mark(report, JamStatus.FAILED, f"gaffer is not installed on {full_name}")
+    elif ctx.facts.opened_issue is None:
+        # Installed between the two looks: the delivery is tried again, and opens it then.
+        raise RuntimeError(f"the issue for Jam {jam.id} was not opened yet")
     else:
-        try:
-            report.issue_number = _open_issue(ctx, jam, *installed)
-        except Exception as error:
-            # The delivery is retried; meanwhile the Jam's row says what went wrong.
-            _note_failure(ctx.db, jam, payload, installed[1], error)
-            raise
+        report.issue_number = ctx.facts.opened_issue
         _mark(report, JamStatus.CREATED, None)
 
 
-def _open_issue(ctx: Context, jam: Jam, installation_id: int, full_name: str) -> int:
-    client = ctx.github(installation_id, full_name)
-    label = _trigger_label(client, ctx.settings.server_config.get("defaults"))
-    url, budget_s = enrichment_options(ctx.settings.server_config)
-    extra = enrich(jam.id, ctx.settings.jam_token, url=url, budget_s=budget_s)
+def _open_issue(ask: Asker, jam: Jam, installation_id: int, full_name: str) -> int:
+    client = ask.github(installation_id, full_name)
+    label = _trigger_label(client, ask.settings.server_config.get("defaults"))
+    url, budget_s = enrichment_options(ask.settings.server_config)
+    extra = enrich(jam.id, ask.settings.jam_token, url=url, budget_s=budget_s)
     title, body = render_issue(jam, enriched=extra.sections, unavailable=extra.unavailable)
     since = utcnow() - LOOKBACK
     return client.open_issue_once(title, body, [label], issue_marker(jam.id), since)

@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bot.context import Context, Facts
+from bot.context import Asker, Context, Facts
 from bot.event_router import Router
-from bot.github import RepoClient
 from bot.handlers import checks, comments, installations, issues, jam, pulls
-from bot.settings import Settings
+from bot.jam.report import JAM_CREATED
 
 ROUTER = Router()
 for _module in (installations, issues, comments, pulls, checks, jam):
@@ -17,21 +16,17 @@ for _module in (installations, issues, comments, pulls, checks, jam):
 
 
 # What each event's handlers need from GitHub, asked before the delivery's transaction.
-GATHER: dict[str, Callable[[dict[str, Any], Callable[[int, str], RepoClient], Settings], Facts]] = {
+GATHER: dict[str, Callable[[dict[str, Any], Asker], Facts]] = {
     "issues": issues.gather,
     "issue_comment": comments.gather,
+    JAM_CREATED: jam.gather,
 }
 
 
-def gather(
-    event: str,
-    payload: dict[str, Any],
-    github: Callable[[int, str], RepoClient],
-    settings: Settings,
-) -> Facts:
+def gather(event: str, payload: dict[str, Any], ask: Asker) -> Facts:
     """Ask GitHub what the event's handlers will need; call it with no transaction open."""
     asks = GATHER.get(event)
-    return asks(payload, github, settings) if asks else Facts()
+    return asks(payload, ask) if asks else Facts()
 
 
 def handles(event: str, action: str | None) -> bool:

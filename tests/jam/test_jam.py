@@ -488,6 +488,15 @@ def test_a_routed_jam_becomes_one_labeled_issue(app, client, installed, wctx) ->
     assert json.loads(report.payload) == FULL and report.jam_url == JAM_URL
 
 
+def test_a_jam_opens_its_issue_with_no_database_transaction_open(
+    in_transactions: list[str], app, client, installed, wctx
+) -> None:
+    send_jam(client, FULL, "msg_1")
+    settle(wctx)
+    assert len(jam_issues(installed)) == 1
+    assert in_transactions == []
+
+
 def test_a_minimal_report_becomes_an_issue_that_links_the_jam(app, client, installed, wctx) -> None:
     send_jam(client, MINIMAL)
     settle(wctx)

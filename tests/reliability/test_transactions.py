@@ -8,14 +8,6 @@ request that arrives while one is open; the whole lifecycle must make none.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-
-import pytest
-from flask import request
-from sqlalchemy import event
-from sqlalchemy.engine import Engine
-
 from bot.models import PlanState
 from double.webhooks import check_run_rerequested
 from tests.conftest import INSTALLATION_ID
@@ -23,37 +15,9 @@ from tests.in_process import InProcess
 from tests.reliability.conftest import send_comment
 from tests.support import deliver
 
-_open = threading.local()
-
-
-def _began(_connection: object) -> None:
-    _open.count = getattr(_open, "count", 0) + 1
-
-
-def _ended(_connection: object) -> None:
-    _open.count = max(getattr(_open, "count", 0) - 1, 0)
-
-
-@pytest.fixture
-def in_transactions(github) -> Iterator[list[str]]:
-    """The GitHub requests made while this thread had a database transaction open."""
-    found: list[str] = []
-    hooks = [("begin", _began), ("commit", _ended), ("rollback", _ended)]
-    for name, hook in hooks:
-        event.listen(Engine, name, hook)
-
-    @github.flask_app.before_request
-    def note() -> None:
-        if getattr(_open, "count", 0):
-            found.append(f"{request.method} {request.path}")
-
-    yield found
-    for name, hook in hooks:
-        event.remove(Engine, name, hook)
-
 
 def test_no_github_call_is_made_inside_a_transaction_from_label_to_pull_request(
-    here: InProcess, in_transactions: list[str]
+    in_transactions: list[str], here: InProcess
 ) -> None:
     here.flow.label()
     assert here.settle().state == PlanState.DRAFT
