@@ -17,19 +17,14 @@ import yaml
 
 from bot.agent_names import AGENTS_FILE, merge_definitions
 from bot.models import Stage
+from tasks.agents.live import LiveUsage
 from tasks.agents.pricing import price
-from tasks.agents.usage import (
-    AgentOutput,
-    LiveUsage,
-    QuotaHit,
-    RetryVerdict,
-    Usage,
-    parse_aider,
-    parse_claude_json,
-    parse_codex_jsonl,
-    parse_gemini_json,
-    parse_opencode_jsonl,
-)
+from tasks.agents.readers.aider import parse_aider
+from tasks.agents.readers.claude import parse_claude_json
+from tasks.agents.readers.codex import parse_codex_jsonl
+from tasks.agents.readers.gemini import parse_gemini_json
+from tasks.agents.readers.opencode import parse_opencode_jsonl
+from tasks.agents.usage import AgentOutput, QuotaHit, RetryVerdict, Usage
 from tasks.isolation.egress import EgressPolicy
 from tasks.isolation.runner import RunResult, is_gaffer_secret, run_process, sandbox_env
 from tasks.isolation.sandbox import Sandbox, SandboxUnavailable

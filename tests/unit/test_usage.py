@@ -27,14 +27,8 @@ from pathlib import Path
 import pytest
 
 from tasks.agents.definitions import PARSERS
-from tasks.agents.usage import (
-    LiveUsage,
-    QuotaHit,
-    Usage,
-    retry_after_s,
-    retry_verdict_of_line,
-    sum_usage,
-)
+from tasks.agents.live import LiveUsage, retry_verdict_of_line
+from tasks.agents.usage import QuotaHit, Usage, retry_after_s, sum_usage
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "agents"
 # 2025-06-23 18:00 UTC: two hours before the epoch in claude-usage-limit.json.
