@@ -24,7 +24,7 @@ def check_run_rerequested(ctx: Context, payload: dict[str, Any]) -> None:
     """Re-run the plan's checks when someone asks to re-run one of gaffer's check runs."""
     run = payload["check_run"]
     ours = _OURS.match(str(run.get("external_id") or ""))
-    if ours is not None:
+    if ours is not None and _by_gaffer(ctx, run):
         plan = ctx.session.get(Plan, int(ours["plan"]))
         _recheck(ctx, payload, plan, str(run.get("head_sha") or ""))
 
@@ -33,6 +33,8 @@ def check_run_rerequested(ctx: Context, payload: dict[str, Any]) -> None:
 def check_suite_rerequested(ctx: Context, payload: dict[str, Any]) -> None:
     """Re-run the plan's checks when someone asks to re-run gaffer's whole check suite."""
     suite, repo = payload["check_suite"], payload["repository"]
+    if not _by_gaffer(ctx, suite):
+        return  # another App's suite on the same commit
     head_sha = str(suite.get("head_sha") or "")
     plan = ctx.session.scalars(
         select(Plan)
@@ -40,6 +42,12 @@ def check_suite_rerequested(ctx: Context, payload: dict[str, Any]) -> None:
         .order_by(Plan.id.desc())
     ).first()
     _recheck(ctx, payload, plan, head_sha)
+
+
+def _by_gaffer(ctx: Context, made: dict[str, Any]) -> bool:
+    """Tell whether a check run or suite is this App's (one naming no App is taken as such)."""
+    app = (made.get("app") or {}).get("id")
+    return app is None or ctx.settings.app_id is None or str(app) == str(ctx.settings.app_id)
 
 
 def _recheck(ctx: Context, payload: dict[str, Any], plan: Plan | None, head_sha: str) -> None:

@@ -636,13 +636,25 @@ def test_rerun_all_checks_on_gaffers_suite_runs_them_again(open_issue: Open, ori
     assert runs(here)["gaffer/tests"]["conclusion"] == "failure"
 
 
-def test_rerun_of_another_apps_check_run_is_left_alone(open_issue: Open) -> None:
+def test_rerun_of_another_apps_check_run_or_suite_is_left_alone(
+    open_issue: Open, origin: Path
+) -> None:
     here = open_issue(script(execute=[GOOD]))
-    approve(here)
-    theirs = {**runs(here)["gaffer/tests"], "external_id": "ci-1234", "name": "build"}
-    before = here.flow.comments()
-    click_rerun(here, theirs)
-    assert here.flow.comments() == before
+    plan = approve(here)
+    commit_to_origin(origin, {".github/gaffer.yml": repo_config(run="false")}, "stricter")
+    ours = runs(here)["gaffer/tests"]
+    click_rerun(here, {**ours, "external_id": "ci-1234", "name": "build"})
+    click_rerun(here, {**ours, "app": {**ours["app"], "id": APP_ID + 1}})
+    suite = check_suite_rerequested(
+        here.flow.repo,
+        plan.head_sha or "",
+        login="maintainer",
+        installation_id=INSTALLATION_ID,
+        app_id=APP_ID + 1,
+    )
+    assert deliver(here.flow.client, "check_suite", suite).status_code == 202
+    here.settle()
+    assert runs(here)["gaffer/tests"]["conclusion"] == "success"  # not run again
 
 
 def test_a_diff_whose_checks_turn_red_after_its_approval_gets_no_pull_request(
