@@ -32,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The demo belongs to the GitHub double's package, which the product never imports.
         os.execv(sys.executable, [sys.executable, "-m", "double.demo"])
     try:
-        settings = Settings.from_env()
+        settings = Settings.from_env(receiving=args.command not in _OFFLINE)
     except SettingsError as error:
         print(f"gaffer: {error}", file=sys.stderr)
         return 2
@@ -48,13 +48,24 @@ def _db(settings: Settings, _args: argparse.Namespace) -> int:
 
 
 def _cost(settings: Settings, _args: argparse.Namespace) -> int:
+    from sqlalchemy import inspect
+
     from bot.cost_report import cost_report
     from bot.db import Database
 
     database = Database(settings.database_url)
-    with database.session() as session:
-        print(cost_report(session))
-    database.dispose()
+    try:
+        if not inspect(database.engine).has_table("jobs"):
+            print(
+                f"gaffer: the database at {_safe(settings.database_url)} has no gaffer tables "
+                "yet; run `gaffer db upgrade` (`gaffer run` does it on start)",
+                file=sys.stderr,
+            )
+            return 1
+        with database.session() as session:
+            print(cost_report(session))
+    finally:
+        database.dispose()
     return 0
 
 
@@ -159,6 +170,8 @@ def _safe(url: str) -> str:
     return f"{scheme}://…@{rest.split('@', 1)[1]}"
 
 
+# Commands that neither take nor work on webhooks: they run without WEBHOOK_SECRET.
+_OFFLINE = frozenset({"cost", "db"})
 _COMMANDS = {"run": _run, "web": _web, "worker": _worker, "db": _db, "cost": _cost}
 
 

@@ -65,19 +65,24 @@ class Settings:
         return float(every)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        """Build settings from an environment mapping (os.environ by default)."""
+    def from_env(cls, env: Mapping[str, str] | None = None, *, receiving: bool = True) -> Settings:
+        """Build settings from an environment mapping (os.environ by default).
+
+        receiving: the process takes webhooks or works on them, so WEBHOOK_SECRET must be
+        set; the offline commands (`gaffer cost`, `gaffer db upgrade`) pass False.
+        """
         env = os.environ if env is None else env
         home = Path(env.get("GAFFER_HOME", "./.gaffer")).resolve()
+        raw_secret = env.get("WEBHOOK_SECRET", "")
         return cls(
-            webhook_secrets=_secrets(env.get("WEBHOOK_SECRET", "")),
+            webhook_secrets=_secrets(raw_secret) if receiving or raw_secret.strip() else (),
             home=home,
             database_url=env.get("DATABASE_URL") or f"sqlite:///{home / 'gaffer.sqlite'}",
             broker_url=env.get("BROKER_URL") or f"sqla+sqlite:///{home / 'broker.sqlite'}",
             github_api_url=env.get("GITHUB_API_URL", "https://api.github.com").rstrip("/"),
             app_id=env.get("APP_ID") or None,
             private_key=_private_key(env),
-            port=int(env.get("GAFFER_PORT", "8000")),
+            port=_whole_number(env, "GAFFER_PORT", 8000, 1, 65535),
             default_agent=env.get("GAFFER_DEFAULT_AGENT") or None,
             server_config=_jam_routes_checked(_server_config(env.get("GAFFER_CONFIG"))),
             jam_webhook_secret=_jam_secret(env.get("JAM_WEBHOOK_SECRET", "").strip()),
