@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -52,14 +54,10 @@ def run_execution(wctx: WorkerContext, job: Job) -> None:
         return
     client = wctx.client(plan.installation_id, plan.repository.full_name)
     publish_status(wctx.db, client, plan.id)
-    key = plan_key(plan.id)
-    pool: WorktreePool | None = None
     try:
         config = fetch_repo_config(client, wctx.setting("defaults", None))
-        pool = _pool(wctx, plan)
-        _work_and_verify(
-            _prepare(wctx, job, plan, client, config, pool.acquire(key, plan.base_sha or ""))
-        )
+        with _leased_worktree(wctx, plan, plan.base_sha or "") as worktree:
+            _work_and_verify(_prepare(wctx, job, plan, client, config, worktree))
         finish(wctx.db, job.id, wctx.worker_id, JobState.DONE)
     except Held as held:
         # The plan stays `executing`; the job waits in the queue and starts from the branch.
@@ -70,8 +68,6 @@ def run_execution(wctx: WorkerContext, job: Job) -> None:
     except Exception as error:  # noqa: BLE001 - any fault fails the job by policy, said on the issue
         _fail(wctx, job, plan.id, f"{type(error).__name__}: {error}")
     finally:
-        if pool is not None:
-            pool.release(key)
         publish_status(wctx.db, client, plan.id)
 
 
@@ -87,34 +83,15 @@ def run_recheck(wctx: WorkerContext, job: Job) -> None:
         finish(wctx.db, job.id, wctx.worker_id, JobState.CANCELLED, "the plan left review")
         return
     client = wctx.client(plan.installation_id, plan.repository.full_name)
-    key = plan_key(plan.id)
-    pool: WorktreePool | None = None
     try:
         config = fetch_repo_config(client, wctx.setting("defaults", None))
-        pool = _pool(wctx, plan)
-        worktree = pool.acquire(key, plan.head_sha)
-        snapshot, plan_text = _approved(wctx, plan)
-        mirror = mirror_path(wctx.settings.home, plan.repository.full_name)
-        space = Workspace(
-            wctx,
-            job,
-            plan,
-            client,
-            config,
-            snapshot,
-            plan_text,
-            worktree,
-            mirror,
-            client.repo.default_branch,
-        )
-        verify(space, plan.head_sha)
+        with _leased_worktree(wctx, plan, plan.head_sha) as worktree:
+            verify(_workspace(wctx, job, plan, client, config, worktree), plan.head_sha)
         finish(wctx.db, job.id, wctx.worker_id, JobState.DONE)
     except Exception as error:  # noqa: BLE001 - said on the issue; the plan stays in review
         finish(wctx.db, job.id, wctx.worker_id, JobState.FAILED, f"{type(error).__name__}: {error}")
         client.reply(plan.issue_number, f"gaffer could not re-run the checks: {error}")
     finally:
-        if pool is not None:
-            pool.release(key)
         publish_status(wctx.db, client, plan.id)
 
 
@@ -128,6 +105,17 @@ def _start(wctx: WorkerContext, job: Job) -> Plan | None:
             return plan
     finish(wctx.db, job.id, wctx.worker_id, JobState.CANCELLED, "the plan is not executing")
     return None
+
+
+@contextmanager
+def _leased_worktree(wctx: WorkerContext, plan: Plan, base_sha: str) -> Iterator[Path]:
+    """Lease a clean worktree at base_sha from the repository's pool for the job's length."""
+    key = plan_key(plan.id)
+    pool = _pool(wctx, plan)
+    try:
+        yield pool.acquire(key, base_sha)
+    finally:
+        pool.release(key)
 
 
 def _pool(wctx: WorkerContext, plan: Plan) -> WorktreePool:
@@ -152,7 +140,20 @@ def _prepare(
     create_branch(worktree, branch, start)
     _save(wctx, plan.id, branch=branch)
     plan.branch = branch
+    return _workspace(wctx, job, plan, client, config, worktree)
+
+
+def _workspace(
+    wctx: WorkerContext,
+    job: Job,
+    plan: Plan,
+    client: RepoClient,
+    config: RepoConfig,
+    worktree: Path,
+) -> Workspace:
+    """What a job that checks the plan's work needs, with the issue as approved."""
     snapshot, plan_text = _approved(wctx, plan)
+    mirror = mirror_path(wctx.settings.home, plan.repository.full_name)
     return Workspace(
         wctx,
         job,
