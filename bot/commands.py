@@ -243,6 +243,41 @@ REGISTRY: tuple[CommandSpec, ...] = (
         Who.ANYONE,
         target=Target.ISSUE,
     ),
+    _spec(
+        "keep",
+        "L<id> [path:lines …]",
+        "Keep a proposed lesson for later plans (or keep one again), tied to the lines it "
+        "cites as they read now on the default branch.",
+        Who.WRITER,
+        r"(?P<lesson>[Ll]?[1-9]\d{0,8})(?P<cite>(?:\s+[\w./#:-]{1,300}){0,8})",
+        target=Target.ISSUE,
+    ),
+    _spec(
+        "remember",
+        "<lesson>",
+        "Keep a lesson of your own for later plans; the rest of the comment is the lesson, "
+        "and the `path:lines` it names tie it to those lines.",
+        Who.WRITER,
+        r"(?P<lesson>.+)",
+        re.DOTALL,
+        multiline=True,
+        target=Target.ISSUE,
+    ),
+    _spec(
+        "forget",
+        "L<id>",
+        "Drop a lesson: no later plan reads it.",
+        Who.WRITER,
+        r"(?P<lesson>[Ll]?[1-9]\d{0,8})",
+        target=Target.ISSUE,
+    ),
+    _spec(
+        "lessons",
+        "",
+        "The repository's lessons: kept, and proposed ones waiting for `/keep`.",
+        Who.ANYONE,
+        target=Target.ISSUE,
+    ),
     _spec("help", "", "Show this table.", Who.ANYONE, target=Target.ISSUE),
 )
 _BY_NAME = {spec.name: spec for spec in REGISTRY}

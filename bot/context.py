@@ -37,6 +37,8 @@ class Facts:
     default_branch_sha: str | None = None
     # The issue a Jam's report was opened as.
     opened_issue: int | None = None
+    # The files a lesson command cites, as the default branch holds them (None: not there).
+    files: dict[str, str | None] | None = None
 
 
 @dataclass

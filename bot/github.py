@@ -648,9 +648,14 @@ class RepoClient(PullsMixin):
             lambda: self._small_file(path, head, max_bytes),
         )
 
+    def text_at(self, path: str, ref: str, max_bytes: int = 1_000_000) -> str | None:
+        """Return a file's text at a commit; None when it is not a file there or too big."""
+        found = self._small_file(path, ref, max_bytes)
+        return None if found is None else found.text
+
     def _small_file(self, path: str, ref: str, max_bytes: int) -> RepoFile | None:
         content = self._contents(path, ref)
-        if content is None:
+        if content is None or isinstance(content, list):  # a list is a folder's entries
             return None
         size = int(content.size)
         if size > max_bytes:  # not decoded: GitHub sends no content over 1 MB anyway

@@ -190,6 +190,9 @@ class PlanRevision(Base):
     # The issue as the revision was written from it (bot/snapshots.py): what the agent
     # reads when this revision is approved, and nothing that came later.
     source: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # The lessons the revision was written with (bot/memory.py, Used.to_json): shown on the
+    # plan, and the only ones its execution reads.
+    memory: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
 
     plan: Mapped[Plan] = relationship(back_populates="revisions")
 
@@ -240,6 +243,11 @@ class Job(Base):
     parked_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     error: Mapped[str | None] = mapped_column(Text)
     log_path: Mapped[str | None] = mapped_column(Text)
+    # The stage program the job asks for (expand, split…), when not the stage's own.
+    program: Mapped[str | None] = mapped_column(String(40))
+    # What the job's agent ran with: programs and conventions files with their blob SHAs,
+    # and the lessons used or set aside (tasks/stages/guidance.py).
+    inputs: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -325,6 +333,48 @@ class AuditEvent(Base):
     to_state: Mapped[str | None] = mapped_column(String(20))
     reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class LessonState(StrEnum):
+    """Where a lesson stands (stored in `lessons.state`)."""
+
+    HEARD = "heard"  # said while its plan runs; proposed when the plan ends
+    PROPOSED = "proposed"  # waits for a writer's /keep
+    KEPT = "kept"  # used by later plans while it holds
+    FORGOTTEN = "forgotten"
+    EXPIRED = "expired"  # neither used in a merged plan nor kept again for 28 days
+
+
+class Lesson(Base):
+    """What a reviewer or a check taught, with where it came from and the lines it is about."""
+
+    __tablename__ = "lessons"
+    __table_args__ = (UniqueConstraint("repository_id", "origin"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repository_id: Mapped[int] = mapped_column(BigInteger, index=True)
+    state: Mapped[LessonState] = mapped_column(_enum(LessonState))
+    text: Mapped[str] = mapped_column(Text)
+    # What made it, once: "comment:<id>" for a command's words, "check:<plan>:<name>".
+    origin: Mapped[str] = mapped_column(String(120))
+    kind: Mapped[str] = mapped_column(String(20))  # revise, reject, check, remember
+    # [{"path", "start", "end", "digest"}]: lines of the default branch; start None for a
+    # whole file. The digests are taken when a writer keeps the lesson.
+    citations: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    author: Mapped[str] = mapped_column(String(200))
+    said_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    source_url: Mapped[str | None] = mapped_column(Text)
+    issue_number: Mapped[int] = mapped_column(Integer)
+    plan_id: Mapped[int | None] = mapped_column(
+        ForeignKey("plans.id", ondelete="SET NULL"), index=True
+    )
+    revision: Mapped[int | None] = mapped_column(Integer)
+    diff_sha: Mapped[str | None] = mapped_column(String(40))
+    pr_number: Mapped[int | None] = mapped_column(Integer)
+    decided_by: Mapped[str | None] = mapped_column(String(200))  # who kept or forgot it
+    decided_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Kept, or used by a plan that merged: 28 days from then it expires.
+    confirmed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class Heartbeat(Base):

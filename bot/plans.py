@@ -9,6 +9,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from bot.db import rows_changed
+from bot.memory import plan_ended
 from bot.models import AuditEvent, Job, Plan, PlanState
 from bot.states import TERMINAL, Event, next_state
 
@@ -56,6 +57,8 @@ def advance(
         )
     )
     session.refresh(plan)
+    if target in TERMINAL:
+        plan_ended(session, plan)
     return True
 
 

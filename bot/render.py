@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from bot.costs import Spend
 from bot.github import STATUS_MARKER
-from bot.models import CheckResult, Job, Plan, PlanState, Stage
+from bot.memory import Offered
+from bot.models import CheckResult, Job, Lesson, Plan, PlanState, Stage
 from bot.states import Event, events_from
 
 # The command a person types for each event a comment can cause.
@@ -69,6 +70,8 @@ def status_comment(
     *,
     changes: Sequence[str] = (),
     unsandboxed: bool = False,
+    used: Sequence[Offered] = (),
+    proposed: Sequence[Lesson] = (),
 ) -> str:
     """Render gaffer's one status comment for the plan.
 
@@ -85,12 +88,16 @@ def status_comment(
         parts.append(f"**What went wrong:** {plan.last_error}")
     if plan_text:
         parts.append(f"#### Plan r{plan.current_revision}\n\n{plan_text.strip()}")
+    if used:
+        parts.append(lessons_used(plan.current_revision, used))
     if plan.approved_revision:
         parts.append(f"Approved: revision r{plan.approved_revision}.")
     if changes and plan.state in _READS_SNAPSHOT:
         parts.append(changed_since(plan.current_revision, changes))
     if verification is not None and plan.head_sha:
         parts.append(_verification(plan, verification))
+    if proposed:
+        parts.append(lessons_proposed(proposed))
     parts.append(cost_line(plan, spend))
     parts.append("**Commands:** " + " · ".join(f"`{c}`" for c in commands_for(plan)))
     if unsandboxed:
@@ -115,6 +122,53 @@ _READS_SNAPSHOT = frozenset(
         PlanState.FAILED,
     }
 )
+
+
+def lessons_used(revision: int, offered: Sequence[Offered]) -> str:
+    """List the kept lessons revision rN was written with, and those set aside."""
+    lines = [f"#### Lessons r{revision} was written with", ""]
+    for lesson in offered:
+        if lesson.needs_look is None:
+            lines.append(
+                f"- {_lesson_line(lesson.id, lesson.text, lesson.author, lesson.source_url)}"
+            )
+    aside = [lesson for lesson in offered if lesson.needs_look is not None]
+    if aside:
+        lines += ["", "Needs a look, so not used (`/keep L<id>` after reading it again):", ""]
+        for lesson in aside:
+            line = _lesson_line(lesson.id, lesson.text, lesson.author, lesson.source_url)
+            lines.append(f"- {line} — {lesson.needs_look}")
+    return "\n".join(lines)
+
+
+def lessons_proposed(lessons: Sequence[Lesson]) -> str:
+    """List what the ended plan taught, for a writer to keep."""
+    lines = ["#### Lessons this plan proposes", ""]
+    for lesson in lessons:
+        lines.append(f"- {_lesson_line(lesson.id, lesson.text, lesson.author, lesson.source_url)}")
+    lines.append(
+        "\nA writer's `/keep L<id>` keeps one for later plans of this repository (add "
+        "`path:12-20` to tie it to lines); `/forget L<id>` drops it. Nothing is kept otherwise."
+    )
+    return "\n".join(lines)
+
+
+def lessons_reply(lessons: Sequence[Lesson]) -> str:
+    """Render the answer to /lessons."""
+    if not lessons:
+        return "This repository has no lessons yet: they are proposed when plans end."
+    lines = ["| lesson | state | cites | lesson |", "|---|---|---|---|"]
+    for lesson in lessons:
+        cites = ", ".join(f"`{c['path']}`" for c in lesson.citations) or "—"
+        text = _lesson_line(lesson.id, lesson.text, lesson.author, lesson.source_url)
+        lines.append(f"| L{lesson.id} | {lesson.state.value} | {cites} | {text} |")
+    return "\n".join(lines)
+
+
+def _lesson_line(number: int, text: str, author: str, url: str | None) -> str:
+    words = " ".join(text.split()).replace("|", "\\|")
+    source = f"[source]({url})" if url else "source unknown"
+    return f"**L{number}** “{words}” — @{author}, {source}"
 
 
 def changed_since(revision: int, changes: Sequence[str]) -> str:

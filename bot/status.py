@@ -10,7 +10,8 @@ from sqlalchemy import or_, select, update
 from bot.costs import plan_spend
 from bot.db import Database, rows_changed
 from bot.github import RepoClient
-from bot.models import CheckResult, Plan, PlanRevision, PlanState, utcnow
+from bot.memory import Offered
+from bot.models import CheckResult, Lesson, LessonState, Plan, PlanRevision, PlanState, utcnow
 from bot.render import Verification, status_comment
 from bot.snapshots import changes_since, describe_changes
 
@@ -52,11 +53,18 @@ def publish_status(db: Database, client: RepoClient, plan_id: int, rounds: int =
 def _render(db: Database, client: RepoClient, plan_id: int) -> _Shown:
     with db.session() as session:
         plan = session.get_one(Plan, plan_id, populate_existing=True)
-        text = session.scalar(
-            select(PlanRevision.body).where(
+        revision = session.scalar(
+            select(PlanRevision).where(
                 PlanRevision.plan_id == plan_id, PlanRevision.number == plan.current_revision
             )
         )
+        text = revision.body if revision else None
+        used = [Offered.from_json(each) for each in (revision.memory or [])] if revision else []
+        proposed = session.scalars(
+            select(Lesson)
+            .where(Lesson.plan_id == plan_id, Lesson.state == LessonState.PROPOSED)
+            .order_by(Lesson.id)
+        ).all()
         checks = session.scalars(
             select(CheckResult)
             .where(CheckResult.plan_id == plan_id, CheckResult.head_sha == plan.head_sha)
@@ -67,7 +75,14 @@ def _render(db: Database, client: RepoClient, plan_id: int) -> _Shown:
     # Links on GitHub may need the repository from GitHub: asked with the transaction closed.
     verification = _verification(client, plan, list(checks))
     body = status_comment(
-        plan, text, verification, spend, changes=changes, unsandboxed=client.unsandboxed
+        plan,
+        text,
+        verification,
+        spend,
+        changes=changes,
+        unsandboxed=client.unsandboxed,
+        used=used,
+        proposed=proposed,
     )
     return _Shown(body, plan.state, plan.issue_number, plan.status_comment_id)
 

@@ -712,6 +712,21 @@ class GitHubState:
             self.all_pulls[(repo.full_name.lower(), number)] = pull
             return self._json().pull(pull)
 
+    def merge_pull(self, full_name: str, number: int) -> dict[str, Any]:
+        """Merge a pull request into its base on the origin, as the merge button does;
+        return the merged pull request as GitHub renders it."""
+        from double.origin import merge_on_origin
+
+        with self.lock:
+            repo = self.repo_record(full_name)
+            pull = self.all_pulls[(repo.full_name.lower(), number)]
+            issue = self.issue_record(full_name, number)
+        merge_on_origin(Path(repo.origin), pull.head_ref, f"Merge pull request #{number}")
+        with self.lock:
+            pull.merged, issue.state = True, "closed"
+            issue.closed_at = datetime.now(UTC)
+            return self._json().pull(pull)
+
     def add_human_comment(
         self,
         full_name: str,

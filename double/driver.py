@@ -15,7 +15,14 @@ from sqlalchemy import select
 
 from bot.github import LABEL_PREFIX, STATUS_MARKER
 from bot.models import Plan, PlanState, Repository
-from double.webhooks import commented, deliver, issue, labeled, repository
+from double.webhooks import (
+    commented,
+    deliver,
+    issue,
+    labeled,
+    pull_request_event,
+    repository,
+)
 from tasks.gitcmd import git
 
 _deliveries = itertools.count(1)
@@ -76,6 +83,16 @@ class IssueFlow:
         )
         assert deliver(self.client, "issue_comment", payload, secret=self.secret).status_code == 202
         return payload
+
+    def merge(self, login: str = "maintainer") -> None:
+        """Merge the plan's pull request on the double and deliver `pull_request.closed`."""
+        plan = self.plan()
+        assert plan is not None and plan.pr_number is not None, "the plan has no pull request"
+        pull = self.github.merge_pull(self.full_name, plan.pr_number)
+        payload = pull_request_event(
+            self.repo, pull, action="closed", installation_id=self.installation_id, sender=login
+        )
+        assert deliver(self.client, "pull_request", payload, secret=self.secret).status_code == 202
 
     def plan(self) -> Plan | None:
         """Return this issue's latest plan."""

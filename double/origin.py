@@ -27,6 +27,18 @@ def commit_to_origin(origin: Path, files: dict[str, str], message: str) -> str:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def merge_on_origin(origin: Path, branch: str, message: str) -> str:
+    """Merge branch into origin's main with a merge commit, as GitHub's merge button does."""
+    work = Path(tempfile.mkdtemp(prefix="merge-", dir=origin.parent))
+    try:
+        git(["clone", "--quiet", str(origin), str(work)], cwd=origin.parent)
+        git(["merge", "--quiet", "--no-ff", "-m", message, f"origin/{branch}"], cwd=work)
+        git(["push", "--quiet", "origin", "main"], cwd=work)
+        return git(["rev-parse", "HEAD"], cwd=work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def make_origin(tmp_path: Path, files: dict[str, str]) -> Path:
     """Create a bare origin repository with one commit of files on `main`."""
     origin = tmp_path / "origin.git"

@@ -124,8 +124,11 @@ def commented(
 ) -> dict[str, Any]:
     """An `issue_comment` payload, written now unless created_at says when."""
     written = (created_at or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    number = comment_id or next(_ids)
+    page = repo.get("html_url") or f"https://github.com/{repo['full_name']}"
     comment = {
-        "id": comment_id or next(_ids),
+        "id": number,
+        "html_url": f"{page}/issues/{issue_['number']}#issuecomment-{number}",
         "body": body,
         "created_at": written,
         "updated_at": written,

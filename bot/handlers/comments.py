@@ -9,8 +9,10 @@ from sqlalchemy.exc import IntegrityError
 from bot.commands import Command, Refusal, Who, parse_comment, spec_for
 from bot.context import Asker, Context, Facts
 from bot.event_router import Router
-from bot.handlers import plan_commands
-from bot.models import CommandReceipt
+from bot.handlers import lesson_commands, plan_commands
+from bot.handlers.request import Request
+from bot.memory import lesson_in
+from bot.models import CommandReceipt, Lesson
 from bot.permissions import COULD_NOT_VERIFY, PermissionUnknown, may_approve
 from bot.plans import active_plan
 from bot.render import config_error
@@ -42,8 +44,29 @@ def gather(payload: dict[str, Any], ask: Asker) -> Facts:
         may_write = may_approve(client, comment["user"]["login"], config, recent=True)
     except PermissionUnknown:
         return Facts(config=config)
-    sha = client.default_branch_sha() if may_write and command.name == "approve" else None
-    return Facts(config=config, may_write=may_write, default_branch_sha=sha)
+    if not may_write:
+        return Facts(config=config, may_write=False)
+    if command.name in _READS_CITED_FILES:
+        sha = client.default_branch_sha()
+        paths = lesson_commands.cited_paths(command, _lesson(ask, payload, command))
+        files = {path: client.text_at(path, sha) for path in paths}
+        return Facts(config=config, may_write=True, default_branch_sha=sha, files=files)
+    approving = client.default_branch_sha() if command.name == "approve" else None
+    return Facts(config=config, may_write=True, default_branch_sha=approving)
+
+
+# Commands that tie a lesson to lines of the default branch, read before the transaction.
+_READS_CITED_FILES = frozenset({"keep", "remember"})
+
+
+def _lesson(ask: Asker, payload: dict[str, Any], command: Command) -> Lesson | None:
+    if command.name != "keep":
+        return None
+    with ask.db.session() as session:
+        lesson = lesson_in(session, payload["repository"]["id"], command.args["lesson"])
+        if lesson is not None:
+            session.expunge(lesson)
+        return lesson
 
 
 @router.register("issue_comment", "created")
@@ -56,7 +79,7 @@ def comment_created(ctx: Context, payload: dict[str, Any]) -> None:
     if parsed is None:
         _note(ctx, payload, COMMENTED)
         return
-    request = plan_commands.Request.from_payload(ctx, payload)
+    request = Request.from_payload(ctx, payload)
     request.receipt = _first_sighting(ctx, payload, parsed)
     if request.receipt is None:
         return
@@ -88,7 +111,7 @@ def _note(ctx: Context, payload: dict[str, Any], what: str) -> None:
         ctx.publish_status(plan.installation_id, repo["full_name"], plan.id)
 
 
-def _authorised_run(request: plan_commands.Request, command: Command) -> None:
+def _authorised_run(request: Request, command: Command) -> None:
     facts = request.ctx.facts
     if facts.config_error is not None:
         request.refuse(command.raw, config_error(facts.config_error))

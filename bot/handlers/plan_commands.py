@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -11,121 +10,32 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from bot import memory
 from bot.agent_names import agent_names
 from bot.approvals import diff_rule_problem
 from bot.commands import Command, Target, render_help, spec_for
-from bot.context import Context
 from bot.costs import plan_jobs, plan_spend
-from bot.github import RepoClient
+from bot.handlers import lesson_commands
 from bot.handlers.issues import stop_plan_work
+from bot.handlers.request import Request
 from bot.models import (
     Approval,
     ApprovalKind,
     CheckResult,
-    CommandReceipt,
     Plan,
     PlanRevision,
     PlanState,
     Stage,
-    aware,
-    github_time,
     utcnow,
 )
-from bot.plans import active_plan, add_job, advance, latest_plan
+from bot.plans import add_job, advance
 from bot.queue import RUN_JOB
-from bot.refusals import QUIET_REACTION, Outcome, may_reply
-from bot.render import cost_reply, refusal, status_reply
-from bot.repo_config import RepoConfig
+from bot.render import cost_reply, status_reply
 from bot.states import Event
-
-
-@dataclass
-class Request:
-    """One command comment: who wrote it, where, and what gaffer answers."""
-
-    ctx: Context
-    installation_id: int
-    repository_id: int
-    full_name: str
-    issue_number: int
-    comment_id: int
-    actor: str
-    client: RepoClient
-    config: RepoConfig = field(default_factory=RepoConfig)
-    # When GitHub says the comment was written; None when a payload does not say.
-    written_at: datetime | None = None
-    # The comment's receipt: it records how gaffer answered, so replies can be limited.
-    receipt: CommandReceipt | None = None
-
-    @classmethod
-    def from_payload(cls, ctx: Context, payload: dict[str, Any]) -> Request:
-        installation_id = payload["installation"]["id"]
-        full_name = payload["repository"]["full_name"]
-        return cls(
-            ctx=ctx,
-            installation_id=installation_id,
-            repository_id=payload["repository"]["id"],
-            full_name=full_name,
-            issue_number=payload["issue"]["number"],
-            comment_id=payload["comment"]["id"],
-            actor=payload["comment"]["user"]["login"],
-            client=ctx.github(installation_id, full_name),
-            written_at=_github_time(payload["comment"].get("created_at")),
-        )
-
-    def written_before(self, moment: datetime) -> bool:
-        """Tell whether the comment was written before moment, so its writer never saw it.
-
-        GitHub's times are whole seconds: a comment in the same second counts as after.
-        """
-        if self.written_at is None:
-            return False
-        return self.written_at < aware(moment).replace(microsecond=0)
-
-    def refuse(self, raw: str, reason: str) -> None:
-        """Reply once, quoting the command, saying why it was not done (or only react)."""
-        if self._may_reply(Outcome.REFUSED):
-            self.reply(refusal(raw, reason))
-
-    def answer(self, body: str) -> None:
-        """Mark a question command seen and reply to it (or only react)."""
-        if self._may_reply(Outcome.ANSWERED):
-            self.accept()
-            self.reply(body)
-
-    def _may_reply(self, outcome: Outcome) -> bool:
-        # Past the limit (bot/refusals.py) the writer gets one reaction and no comment.
-        if self.receipt is None:
-            return True
-        if not may_reply(self.ctx.session, self.receipt):
-            self.receipt.outcome = Outcome.QUIETED.value
-            self.ctx.after_commit(
-                lambda: self.client.react(self.issue_number, self.comment_id, QUIET_REACTION)
-            )
-            return False
-        self.receipt.outcome = outcome.value
-        return True
-
-    def reply(self, body: str) -> None:
-        self.ctx.after_commit(lambda: self.client.reply(self.issue_number, body))
-
-    def accept(self) -> None:
-        """Mark the command seen with one 👀 reaction."""
-        self.ctx.after_commit(lambda: self.client.react(self.issue_number, self.comment_id))
-
-    def publish(self, plan: Plan) -> None:
-        self.ctx.publish_status(self.installation_id, self.full_name, plan.id)
-
-    def plan(self) -> Plan | None:
-        return active_plan(self.ctx.session, self.repository_id, self.issue_number)
-
-    def latest_plan(self) -> Plan | None:
-        return latest_plan(self.ctx.session, self.repository_id, self.issue_number)
-
 
 Action = Callable[[Request, Command, Plan], str | None]
 # What each command of the registry (bot/commands.py) does to its plan; the commands that
-# act on the issue (Target.ISSUE) are answered by _answer_general.
+# act on the issue (Target.ISSUE) are in ISSUE_ACTIONS, at the end of this module.
 ACTIONS: dict[str, Action] = {}
 
 
@@ -141,11 +51,9 @@ def run(request: Request, command: Command) -> None:
     """Carry out a command: react when done, or reply once saying why not."""
     spec = spec_for(command.name)
     if spec.target is Target.ISSUE:
-        _answer_general(request, command)
-        return
-    act = ACTIONS.get(command.name)
-    if act is None:
-        request.refuse(command.raw, f"`/{command.name}` is not available in this gaffer yet.")
+        problem = ISSUE_ACTIONS[command.name](request, command)
+        if problem:
+            request.refuse(command.raw, problem)
         return
     plan = request.latest_plan() if spec.target is Target.LATEST else request.plan()
     if plan is None:
@@ -154,23 +62,12 @@ def run(request: Request, command: Command) -> None:
     if spec.states and plan.state not in spec.states:
         request.refuse(command.raw, _wrong_state(command, plan, *spec.states))
         return
-    problem = act(request, command, plan)
+    problem = ACTIONS[command.name](request, command, plan)
     if problem:
         request.refuse(command.raw, problem)
         return
     request.accept()
     request.publish(plan)
-
-
-def _answer_general(request: Request, command: Command) -> None:
-    session = request.ctx.session
-    plan = latest_plan(session, request.repository_id, request.issue_number)
-    if command.name == "help":
-        request.answer(render_help())
-    elif command.name == "cost" and plan is not None:
-        request.answer(cost_reply(plan, plan_jobs(session, plan.id), plan_spend(session, plan.id)))
-    else:
-        request.answer(status_reply(plan))
 
 
 def _wrong_state(command: Command, plan: Plan, *states: PlanState) -> str:
@@ -271,22 +168,18 @@ def _verified_at(session: Session, plan: Plan) -> datetime | None:
     )
 
 
-def _github_time(raw: Any) -> datetime | None:
-    if not isinstance(raw, str):
-        return None
-    try:
-        return github_time(raw)
-    except ValueError:
-        return None
-
-
 @action("revise")
 def revise_plan(request: Request, command: Command, plan: Plan) -> str | None:
     """Ask the agent for a new plan revision, or for more work on the diff in review."""
     feedback = command.args["feedback"]
+    heard = _hearing(request, plan, "revise", feedback)
     if plan.state == PlanState.IN_REVIEW:
-        return _rework(request, plan, feedback)
-    return _replan(request, plan, Event.REVISE, feedback)
+        problem = _rework(request, plan, feedback)
+    else:
+        problem = _replan(request, plan, Event.REVISE, feedback, "revise")
+    if problem is None:
+        heard()
+    return problem
 
 
 # What /expand and /split ask of the planning agent.
@@ -303,14 +196,40 @@ REPLAN_FEEDBACK = {
 def replan(request: Request, command: Command, plan: Plan) -> str | None:
     """Ask the agent for a more detailed plan, or for the first of several smaller ones."""
     event = Event.EXPAND if command.name == "expand" else Event.SPLIT
-    return _replan(request, plan, event, REPLAN_FEEDBACK[command.name])
+    return _replan(request, plan, event, REPLAN_FEEDBACK[command.name], command.name)
 
 
-def _replan(request: Request, plan: Plan, event: Event, feedback: str) -> str | None:
+def _replan(request: Request, plan: Plan, event: Event, feedback: str, program: str) -> str | None:
+    """Queue the next revision, written by the program of the command that asked for it."""
     if not advance(request.ctx.session, plan, event, actor=request.actor, reason=feedback):
         return "The plan changed while this command was handled; read it again."
-    _queue(request, plan, Stage.REVISE, f"plan:r{plan.current_revision + 1}", feedback=feedback)
+    _queue(
+        request,
+        plan,
+        Stage.REVISE,
+        f"plan:r{plan.current_revision + 1}",
+        feedback=feedback,
+        program=program,
+    )
     return None
+
+
+def _hearing(request: Request, plan: Plan, kind: str, text: str) -> Callable[[], None]:
+    """Return what keeps a writer's words as a lesson the plan proposes when it ends; called
+    once the command is done, with the revision and diff the words were about."""
+    revision = plan.current_revision or None
+    diff_sha = plan.head_sha if plan.state == PlanState.IN_REVIEW else None
+    return lambda: memory.hear(
+        request.ctx.session,
+        plan,
+        kind=kind,
+        text=text,
+        author=request.actor,
+        comment_id=request.comment_id,
+        source_url=request.comment_url,
+        revision=revision,
+        diff_sha=diff_sha,
+    )
 
 
 def _rework(request: Request, plan: Plan, feedback: str) -> str | None:
@@ -385,8 +304,10 @@ def choose_agent(request: Request, command: Command, plan: Plan) -> str | None:
 def reject_plan(request: Request, command: Command, plan: Plan) -> str | None:
     """End the plan without doing the work."""
     reason = command.args.get("reason") or None
+    heard = _hearing(request, plan, "reject", reason or "")
     if not advance(request.ctx.session, plan, Event.REJECT, actor=request.actor, reason=reason):
         return _wrong_state(command, plan, PlanState.DRAFT, PlanState.IN_REVIEW)
+    heard()
     stop_plan_work(request.ctx, plan)
     return None
 
@@ -413,3 +334,33 @@ def _queue(request: Request, plan: Plan, stage: str, key: str, **fields: Any) ->
     if job is not None:
         request.ctx.session.flush()
         request.ctx.enqueue(RUN_JOB, job_id=job.id)
+
+
+def _help(request: Request, command: Command) -> None:
+    request.answer(render_help())
+
+
+def _status(request: Request, command: Command) -> None:
+    request.answer(status_reply(request.latest_plan()))
+
+
+def _cost(request: Request, command: Command) -> None:
+    plan = request.latest_plan()
+    if plan is None:
+        request.answer(status_reply(None))
+        return
+    session = request.ctx.session
+    request.answer(cost_reply(plan, plan_jobs(session, plan.id), plan_spend(session, plan.id)))
+
+
+IssueAction = Callable[[Request, Command], str | None]
+# The commands that act on the issue, with or without a plan: they answer, or say why not.
+ISSUE_ACTIONS: dict[str, IssueAction] = {
+    "status": _status,
+    "cost": _cost,
+    "help": _help,
+    "keep": lesson_commands.keep_lesson,
+    "remember": lesson_commands.remember_lesson,
+    "forget": lesson_commands.forget_lesson,
+    "lessons": lesson_commands.list_lessons,
+}

@@ -14,6 +14,10 @@ labelled `gaffer-script` (normally written in the issue body), holding YAML:
       - print: some text          # printed to stdout
       - print_env: true           # prints NAME=VALUE for the whole environment
       - fail: "why"               # prints why on stderr and exits 1
+      - when:                     # steps chosen by what the prompt says
+          prompt_has: "some words"
+          then: [{print: told}]
+          else: [{print: not told}]
     fix:                          # steps for the fix stage (after failed checks)
       - write: {path: hello.py, content: "print('fixed')\\n"}
     plan:                         # steps run before the plan is printed (e.g. sleep, fail)
@@ -139,19 +143,37 @@ def apply_step(cwd: Path, step: Any) -> str:
         raise ScriptError(f"step {kind} failed: {exc!r}") from exc
 
 
-def _step_path(step: Any) -> str | None:
-    """Return the path a step touches, if any."""
+def chosen(steps: list[Any], prompt: str) -> list[Any]:
+    """Replace each `when:` step by the steps its condition on the prompt picks."""
+    picked: list[Any] = []
+    for step in steps:
+        if not (isinstance(step, dict) and set(step) == {"when"}):
+            picked.append(step)
+            continue
+        when = step["when"]
+        if not isinstance(when, dict) or not isinstance(when.get("prompt_has"), str):
+            raise ScriptError("a `when` step needs `prompt_has: text`, `then:` and `else:`")
+        branch = when.get("then") if when["prompt_has"] in prompt else when.get("else")
+        picked += chosen(list(branch or []), prompt)
+    return picked
+
+
+def _step_paths(step: Any) -> list[str]:
+    """Return the paths a step touches (either branch of a `when`)."""
     if not isinstance(step, dict) or len(step) != 1:
-        return None
+        return []
     ((kind, arg),) = step.items()
+    if kind == "when" and isinstance(arg, dict):
+        branches = [*(arg.get("then") or []), *(arg.get("else") or [])]
+        return [path for each in branches for path in _step_paths(each)]
     if isinstance(arg, dict):
-        return str(arg["path"]) if arg.get("path") else None
-    return str(arg) if kind == "delete" else None
+        return [str(arg["path"])] if arg.get("path") else []
+    return [str(arg)] if kind == "delete" else []
 
 
 def planned_files(steps: list[Any]) -> list[str]:
     """Return the paths the steps touch, in order, once each."""
-    paths = [p for p in map(_step_path, steps) if p]
+    paths = [path for step in steps for path in _step_paths(step)]
     return list(dict.fromkeys(paths))
 
 
@@ -173,7 +195,9 @@ def render_plan(prompt: str, script: Mapping[str, list[Any]], stage: str) -> str
 def run_stage(stage: str, prompt: str, cwd: Path) -> str:
     """Run one stage and return what to print as the answer."""
     script = read_script(prompt)
-    done = [apply_step(cwd, step) for step in script.get(stage, [])]
+    # A `when` reads the prompt without the script itself, which names what it looks for.
+    steps = chosen(script.get(stage, []), BLOCK.sub("", prompt))
+    done = [apply_step(cwd, step) for step in steps]
     if stage in ("plan", "revise"):
         return render_plan(prompt, script, stage)
     if not done:

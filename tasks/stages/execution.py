@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.github import RepoClient
+from bot.memory import Offered
 from bot.models import Job, JobState, Plan, PlanRevision, PlanState, Stage
 from bot.plans import advance
 from bot.render import denied_calls
@@ -20,6 +21,7 @@ from tasks.agents.definitions import AgentResult
 from tasks.context import WorkerContext
 from tasks.leases import finish
 from tasks.stages.costs import park
+from tasks.stages.guidance import Guidance, for_execution, record_inputs
 from tasks.stages.prompts import execute_prompt, fix_prompt
 from tasks.stages.stage_agent import Held, Stopped, agent_of, run_stage_agent
 from tasks.stages.verification import verify
@@ -152,7 +154,7 @@ def _workspace(
     worktree: Path,
 ) -> Workspace:
     """What a job that checks the plan's work needs, with the issue as approved."""
-    snapshot, plan_text = _approved(wctx, plan)
+    snapshot, plan_text, lessons = _approved(wctx, plan)
     mirror = mirror_path(wctx.settings.home, plan.repository.full_name)
     return Workspace(
         wctx,
@@ -165,6 +167,7 @@ def _workspace(
         worktree,
         mirror,
         client.repo.default_branch,
+        lessons,
     )
 
 
@@ -175,8 +178,9 @@ def _pushed_head(mirror: Path, branch: str) -> str | None:
         return None
 
 
-def _approved(wctx: WorkerContext, plan: Plan) -> tuple[Snapshot, str]:
-    """Return what the approved revision was written from, and its plan: all the agent reads.
+def _approved(wctx: WorkerContext, plan: Plan) -> tuple[Snapshot, str, list[Offered]]:
+    """Return what the approved revision was written from, its plan and the lessons it was
+    written with: all the agent reads.
 
     Nothing said on the issue after that revision reaches the agent; `/revise` and a new
     `/approve` bring it in.
@@ -187,12 +191,17 @@ def _approved(wctx: WorkerContext, plan: Plan) -> tuple[Snapshot, str]:
             .filter_by(plan_id=plan.id, number=plan.approved_revision)
             .one()
         )
-        return revision_snapshot(session, plan, revision.number), revision.body
+        lessons = [Offered.from_json(each) for each in revision.memory or []]
+        return revision_snapshot(session, plan, revision.number), revision.body, lessons
 
 
 def _work_and_verify(space: Workspace) -> None:
-    prompt = execute_prompt(space.issue, space.plan_text, feedback=space.job.feedback)
-    _agent(space, Stage.REWORK if space.job.stage == Stage.REWORK else Stage.EXECUTE, prompt)
+    stage = Stage.REWORK if space.job.stage == Stage.REWORK else Stage.EXECUTE
+    names = ["rework", "execute"] if stage == Stage.REWORK else ["execute"]
+    prompt = execute_prompt(
+        _guidance(space, names), space.issue, space.plan_text, feedback=space.job.feedback
+    )
+    _agent(space, stage, prompt)
     head = _commit_and_push(space)
     while True:
         _moved(space, Event.WORK_DONE, head_sha=head)
@@ -204,8 +213,22 @@ def _work_and_verify(space: Workspace) -> None:
             _moved(space, Event.CHECKS_FAILED_FINAL, last_error=verdict.failure_summary)
             return
         _moved(space, Event.CHECKS_FAILED_RETRY, fix_rounds=space.plan.fix_rounds + 1)
-        _agent(space, Stage.FIX, fix_prompt(space.issue, space.plan_text, verdict.failures))
+        guidance = _guidance(space, ["fix"])
+        _agent(
+            space, Stage.FIX, fix_prompt(guidance, space.issue, space.plan_text, verdict.failures)
+        )
         head = _commit_and_push(space)
+
+
+def _guidance(space: Workspace, names: list[str]) -> Guidance:
+    """The stage's program and conventions as of the plan's base, and the lessons it was
+    planned with that still hold on the default branch now; recorded on the job."""
+    head = resolve_ref(space.mirror, space.default_branch)
+    guidance = for_execution(
+        space.wctx, space.mirror, space.plan.base_sha or head, head, names, space.lessons
+    )
+    record_inputs(space.wctx, space.job.id, guidance)
+    return guidance
 
 
 def _agent(space: Workspace, stage: str, prompt: str) -> AgentResult:

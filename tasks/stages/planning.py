@@ -7,6 +7,7 @@ import logging
 from sqlalchemy import delete
 
 from bot.github import RepoClient
+from bot.memory import Offered
 from bot.models import Job, JobState, Plan, PlanRevision, PlanState, Stage
 from bot.plans import advance
 from bot.render import config_error
@@ -17,6 +18,7 @@ from bot.status import publish_status
 from tasks.context import WorkerContext
 from tasks.leases import finish
 from tasks.stages.costs import park
+from tasks.stages.guidance import for_planning, record_inputs
 from tasks.stages.prompts import plan_prompt
 from tasks.stages.stage_agent import Held, Stopped, run_stage_agent
 from tasks.stages.workspace import job_dir
@@ -45,21 +47,20 @@ def run_planning(wctx: WorkerContext, job: Job) -> None:
             publish_status(wctx.db, client, plan.id)
         config = fetch_repo_config(client, wctx.setting("defaults", None))
         snapshot = take_snapshot(client, plan.issue_number, config)
-        prompt = plan_prompt(
-            snapshot, previous=previous if job.feedback else None, feedback=job.feedback
+        text, error, lessons = _draft(
+            wctx, plan, job, config, client, snapshot, previous if job.feedback else None
         )
-        text, error = _draft(wctx, plan, job, config, client, prompt)
     except Held as held:
         if park(wctx, job.id, held.until, str(held)):
             client.reply(plan.issue_number, f"gaffer is holding the plan: {held}")
         return
     except Stopped as stop:
-        text, error = "", f"Stopped: {stop}"
+        text, error, lessons = "", f"Stopped: {stop}", []
     except RepoConfigError as bad:
-        text, error = "", config_error(str(bad))
+        text, error, lessons = "", config_error(str(bad)), []
     except Exception as fault:  # noqa: BLE001 - any fault fails the plan by policy, said on the issue
-        text, error = "", f"{type(fault).__name__}: {fault}"
-    _record(wctx, plan, job, text, error, snapshot)
+        text, error, lessons = "", f"{type(fault).__name__}: {fault}", []
+    _record(wctx, plan, job, text, error, snapshot, lessons)
     publish_status(wctx.db, client, plan.id)
 
 
@@ -95,18 +96,37 @@ def _drop(wctx: WorkerContext, plan: Plan, why: str) -> None:
 
 
 def _draft(
-    wctx: WorkerContext, plan: Plan, job: Job, config: RepoConfig, client: RepoClient, prompt: str
-) -> tuple[str, str | None]:
+    wctx: WorkerContext,
+    plan: Plan,
+    job: Job,
+    config: RepoConfig,
+    client: RepoClient,
+    snapshot: Snapshot,
+    previous: str | None,
+) -> tuple[str, str | None, list[Offered]]:
+    """Write the revision from the default branch's head, with what the repository taught."""
     token = wctx.github_app.token(plan.installation_id)
     mirror = ensure_mirror(wctx.settings.home, plan.repository.full_name, plan.clone_url, token)
     head = resolve_ref(mirror, client.repo.default_branch)
+    about = "\n".join([snapshot.title, snapshot.body.body, job.feedback or ""])
+    guidance = for_planning(wctx, plan, mirror, head, program_names(job), about)
+    record_inputs(wctx, job.id, guidance)
+    prompt = plan_prompt(guidance, snapshot, previous=previous, feedback=job.feedback)
     with readonly_worktree(mirror, head, wctx.settings.home) as worktree:
         result = run_stage_agent(
             wctx, job, plan, config, job.stage, prompt, worktree, job_dir(wctx, job)
         )
     if result.ok and not result.text.strip():
-        return "", "the agent finished without writing a plan"
-    return result.text.strip(), result.error
+        return "", "the agent finished without writing a plan", []
+    return result.text.strip(), result.error, list(guidance.lessons)
+
+
+def program_names(job: Job) -> list[str]:
+    """The programs a planning job reads, first found first: /expand's, /split's and
+    /revise's own, then the plan's."""
+    if job.stage == Stage.PLAN:
+        return ["plan"]
+    return [job.program or "revise", "plan"]
 
 
 def _record(
@@ -116,6 +136,7 @@ def _record(
     text: str,
     error: str | None,
     snapshot: Snapshot | None,
+    lessons: list[Offered],
 ) -> None:
     with wctx.db.session() as session:
         plan = session.get_one(Plan, plan.id, populate_existing=True)
@@ -131,6 +152,7 @@ def _record(
                         body=text,
                         feedback=job.feedback,
                         source=snapshot.to_json(),
+                        memory=[each.to_json() for each in lessons],
                     )
                 )
         else:

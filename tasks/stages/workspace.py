@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bot.github import RepoClient
+from bot.memory import Offered
 from bot.models import Job, Plan
 from bot.repo_config import RepoConfig
 from bot.snapshots import Snapshot
@@ -33,6 +34,8 @@ class Workspace:
     worktree: Path
     mirror: Path
     default_branch: str
+    # The kept lessons the approved revision was written with (bot/memory.py).
+    lessons: list[Offered] = field(default_factory=list)
 
     @property
     def dir(self) -> Path:

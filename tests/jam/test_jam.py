@@ -32,6 +32,7 @@ from bot.models import Delivery, Plan, PlanState
 from bot.settings import Settings, SettingsError
 from bot.snapshots import Snapshot, Writing
 from tasks.deliveries import process_delivery
+from tasks.stages.guidance import Guidance
 from tasks.stages.prompts import jam_context, plan_prompt
 from tests.conftest import API_URL, INSTALLATION_ID, REPO
 from tests.double_responses import mock_with_responses
@@ -744,7 +745,8 @@ def test_an_issue_jam_made_gives_the_planner_its_sections() -> None:
     assert context.count("</jam-report>") == 1
     assert "hidden instructions" not in context
     prompt = plan_prompt(
-        Snapshot(3, "Checkout broken", Writing("gaffer[bot]", JAMS_OWN_ISSUE, False, ""))
+        Guidance("# Stage: plan"),
+        Snapshot(3, "Checkout broken", Writing("gaffer[bot]", JAMS_OWN_ISSUE, False, "")),
     )
     assert "## Jam debug context" in prompt
 
@@ -752,5 +754,5 @@ def test_an_issue_jam_made_gives_the_planner_its_sections() -> None:
 def test_an_issue_without_a_jam_link_gets_no_jam_context() -> None:
     assert jam_context("The sidebar clips long names. See https://example.test/c/1") is None
     assert "Jam debug context" not in plan_prompt(
-        Snapshot(1, "t", Writing("ann", "no jam here", True, ""))
+        Guidance("# Stage: plan"), Snapshot(1, "t", Writing("ann", "no jam here", True, ""))
     )

@@ -15,7 +15,7 @@ from bot.commands import (
     parse_comment,
     render_help,
 )
-from bot.handlers.plan_commands import ACTIONS
+from bot.handlers.plan_commands import ACTIONS, ISSUE_ACTIONS
 
 FENCE = "```"
 
@@ -245,7 +245,7 @@ def test_registry_names_are_unique_lower_case() -> None:
 
 def test_only_read_only_commands_are_open_to_anyone() -> None:
     anyone = {spec.name for spec in REGISTRY if spec.who is Who.ANYONE}
-    assert anyone == {"status", "cost", "help"}
+    assert anyone == {"status", "cost", "help", "lessons"}
 
 
 def test_help_lists_every_registered_command() -> None:
@@ -270,4 +270,6 @@ def test_the_readmes_command_table_is_the_registrys() -> None:
 
 def test_every_command_has_one_handler_and_every_handler_a_command() -> None:
     on_plans = {spec.name for spec in REGISTRY if spec.target is not Target.ISSUE}
+    on_issues = {spec.name for spec in REGISTRY if spec.target is Target.ISSUE}
     assert set(ACTIONS) == on_plans
+    assert set(ISSUE_ACTIONS) == on_issues

@@ -1,0 +1,236 @@
+"""Memory from outside: what a reviewer taught one plan, kept by a writer, reaches the next
+similar plan with its source; a lesson whose lines changed is set aside; what someone
+without write access says is never a lesson; a repository's own stage programs are used
+and recorded with their blob SHAs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from bot.models import Job, Lesson, LessonState, PlanState, Stage
+from double import replay
+from double.driver import IssueFlow, wait_for
+from double.origin import commit_to_origin
+from tasks.gitcmd import git
+from tests.conftest import INSTALLATION_ID, REPO
+from tests.support import WEBHOOK_SECRET
+
+CONFIG = 'checks:\n  - name: tests\n    run: "true"\n    timeout: 30\n'
+WIDGETS = "def clip(label):\n    return label[:20]\n\n\ndef width(label):\n    return len(label)\n"
+LESSON = "Sidebar labels must be shortened with clip() in widgets.py:1-2, never sliced by hand."
+
+
+@pytest.fixture
+def flows(app, client, github, origin: Path):
+    commit_to_origin(
+        origin, {".github/gaffer.yml": CONFIG, "widgets.py": WIDGETS}, "widgets and gaffer"
+    )
+
+    def flow(number: int, title: str, body: str) -> IssueFlow:
+        return IssueFlow(
+            app,
+            client,
+            github,
+            origin,
+            REPO,
+            INSTALLATION_ID,
+            WEBHOOK_SECRET,
+            number=number,
+            title=title,
+            body=body,
+        )
+
+    return flow
+
+
+def test_a_kept_lesson_reaches_the_next_similar_plan_until_its_lines_change(
+    flows, worker, settings, origin: Path
+) -> None:
+    first = flows(1, "Sidebar labels overflow", "Long labels run out of the sidebar.")
+    first.open().label()
+    first.wait_state(PlanState.DRAFT)
+    first.comment(f"/revise {LESSON}")
+    wait_for(lambda: first.plan().current_revision == 2, what="revision r2")
+    first.comment("/reject The sidebar is being redesigned; not needed now.")
+    first.wait_state(PlanState.REJECTED)
+    taught = _lesson(first, "revise")
+    assert taught.state == LessonState.PROPOSED and taught.author == "maintainer"
+    assert taught.revision == 1 and taught.source_url.endswith(f"#issuecomment-{_id(first, 1)}")
+    wait_for(lambda: f"**L{taught.id}** “{LESSON}”" in first.status(), what="the proposal")
+
+    # Someone without write access cannot keep it; a writer can.
+    first.comment(f"/keep L{taught.id}", login="reader")
+    wait_for(lambda: any("needs write access" in r for r in first.replies()), what="refusal")
+    assert _lesson(first, "revise").state == LessonState.PROPOSED
+    first.comment(f"/keep L{taught.id}")
+    wait_for(lambda: any(f"Kept L{taught.id}" in c for c in _bodies(first)), what="kept")
+    kept = _lesson(first, "revise")
+    assert kept.state == LessonState.KEPT and kept.decided_by == "maintainer"
+    assert [c["path"] for c in kept.citations] == ["widgets.py"]
+
+    # A similar issue's plan is written with it, and shows where it came from.
+    second = flows(2, "Sidebar labels are cut badly", "Labels in the sidebar are shortened oddly.")
+    second.open().label()
+    second.wait_state(PlanState.DRAFT)
+    prompt, job = _planning_prompt(second, settings.home)
+    assert f'<lesson id="L{kept.id}" by="maintainer" about="widgets.py:1-2"' in prompt
+    assert LESSON in prompt and kept.source_url in prompt
+    assert job.inputs["lessons_used"] == [kept.id]
+    assert f"**L{kept.id}** “{LESSON}” — @maintainer, [source]({kept.source_url})" in (
+        second.status()
+    )
+    # An unrelated issue is not given it.
+    other = flows(3, "Release notes are missing", "The changelog lacks version 2.")
+    other.open().label()
+    other.wait_state(PlanState.DRAFT)
+    assert "<lesson " not in _planning_prompt(other, settings.home)[0]
+
+    # The cited lines change on the default branch: the lesson is set aside, not used.
+    commit_to_origin(origin, {"widgets.py": WIDGETS.replace("[:20]", "[:24]")}, "longer labels")
+    third = flows(4, "Sidebar labels still overflow", "Labels overflow the sidebar again.")
+    third.open().label()
+    third.wait_state(PlanState.DRAFT)
+    prompt, job = _planning_prompt(third, settings.home)
+    assert LESSON not in prompt
+    assert job.inputs["lessons_used"] == []
+    assert "Needs a look" in third.status()
+    assert "lines changed since it was kept: widgets.py:1-2" in third.status()
+
+    # A writer reads it again and keeps it: it is pinned to the lines as they are now.
+    third.comment(f"/keep L{kept.id}")
+    wait_for(lambda: _lesson(first, "revise").citations != kept.citations, what="re-pinned")
+    third.comment(f"/revise {LESSON.replace('never', 'not')}")
+    wait_for(lambda: third.plan().current_revision == 2, what="revision r2")
+    prompt, job = _planning_prompt(third, settings.home)
+    assert kept.id in job.inputs["lessons_used"]
+
+
+def test_what_someone_without_write_access_says_is_never_a_lesson(flows, worker, settings) -> None:
+    first = flows(1, "Sidebar labels overflow", "Long labels run out of the sidebar.")
+    first.open().label()
+    first.wait_state(PlanState.DRAFT)
+    first.comment(f"/remember {LESSON}", login="reader")
+    first.comment(f"/revise {LESSON}", login="reader")
+    wait_for(lambda: len(first.replies()) == 2, what="two refusals")
+    assert all("needs write access" in reply for reply in first.replies())
+    first.comment("/cancel")
+    first.wait_state(PlanState.CANCELLED)
+    with first.app.extensions["gaffer_db"].session() as session:
+        assert session.scalars(select(Lesson)).all() == []
+    second = flows(2, "Sidebar labels are cut badly", "Labels in the sidebar are shortened oddly.")
+    second.open().label()
+    second.wait_state(PlanState.DRAFT)
+    assert LESSON not in _planning_prompt(second, settings.home)[0]
+
+    # A writer's own /remember is kept at once and used.
+    second.comment(f"/remember {LESSON}")
+    wait_for(lambda: any("Kept L" in c for c in _bodies(second)), what="kept")
+    third = flows(3, "Sidebar labels overflow again", "Long labels run out of the sidebar.")
+    third.open().label()
+    third.wait_state(PlanState.DRAFT)
+    assert LESSON in _planning_prompt(third, settings.home)[0]
+
+
+def test_a_repositorys_own_programs_and_conventions_drive_its_stages(
+    flows, worker, settings, origin: Path
+) -> None:
+    commit_to_origin(
+        origin,
+        {
+            ".github/gaffer/programs/plan.md": "List the risks first, then the steps.\n",
+            ".github/gaffer/programs/execute.md": (
+                "<!-- gaffer: replace -->\nWork in small commits; touch nothing else.\n"
+            ),
+            "AGENTS.md": "Run `make check` before you finish.\n",
+        },
+        "gaffer programs",
+    )
+    flow = flows(1, "Sidebar labels overflow", "Long labels run out of the sidebar.")
+    flow.open().label()
+    flow.wait_state(PlanState.DRAFT)
+    prompt, job = _planning_prompt(flow, settings.home)
+    assert prompt.startswith("# Stage: plan")  # the shipped program, then the repository's
+    assert "List the risks first, then the steps." in prompt
+    assert "Run `make check` before you finish." in prompt
+    [run] = job.inputs["runs"]
+    blob = git(["rev-parse", "main:.github/gaffer/programs/plan.md"], cwd=origin)
+    assert run["program"] | {"shipped_blob": "-"} == {
+        "name": "plan",
+        "path": ".github/gaffer/programs/plan.md",
+        "blob": blob,
+        "commit": flow.origin_sha("main"),
+        "mode": "extends",
+        "shipped": "config/programs/plan.md",
+        "shipped_blob": "-",
+    }
+    assert run["conventions"] == [
+        {"path": "AGENTS.md", "blob": git(["rev-parse", "main:AGENTS.md"], cwd=origin)}
+    ]
+    flow.comment("/approve")
+    flow.wait_state(PlanState.IN_REVIEW)
+    prompt, job = _prompt(flow, settings.home, Stage.EXECUTE)
+    assert prompt.startswith("Work in small commits; touch nothing else.")
+    assert "# Stage: execute" not in prompt
+    assert job.inputs["runs"][0]["program"]["mode"] == "replaces"
+
+
+def _planning_prompt(flow: IssueFlow, home: Path) -> tuple[str, Job]:
+    plan = flow.plan()
+    stage = Stage.PLAN if plan.current_revision == 1 else Stage.REVISE
+    return _prompt(flow, home, stage)
+
+
+def _prompt(flow: IssueFlow, home: Path, stage: str) -> tuple[str, Job]:
+    """The latest job of a stage on the issue's plan, and the prompt its agent read."""
+    plan = flow.plan()
+    with flow.app.extensions["gaffer_db"].session() as session:
+        job = session.scalars(
+            select(Job).where(Job.plan_id == plan.id, Job.stage == stage).order_by(Job.id.desc())
+        ).first()
+        session.expunge(job)
+    path = home / "jobs" / str(plan.id) / f"{job.id}-{job.stage}" / "prompt.md"
+    return path.read_text(), job
+
+
+def _lesson(flow: IssueFlow, kind: str) -> Lesson:
+    with flow.app.extensions["gaffer_db"].session() as session:
+        lesson = session.scalars(select(Lesson).where(Lesson.kind == kind)).one()
+        session.expunge(lesson)
+        return lesson
+
+
+def _bodies(flow: IssueFlow) -> list[str]:
+    return [comment["body"] for comment in flow.comments()]
+
+
+def _id(flow: IssueFlow, nth: int) -> int:
+    """The id of the nth comment a person wrote on the issue (1 is the first)."""
+    people = [c for c in flow.comments() if "gaffer" not in c["user"]["login"]]
+    return people[nth - 1]["id"]
+
+
+def test_with_the_lesson_kept_similar_plans_pass_their_checks_first_time(
+    app, client, github, origin: Path, worker
+) -> None:
+    commit_to_origin(origin, replay.FILES, "widgets with clip() and a labels check")
+
+    def flows(number: int) -> IssueFlow:
+        title, body = replay.similar_issue(number)
+        flow = IssueFlow(
+            app, client, github, origin, REPO, INSTALLATION_ID, WEBHOOK_SECRET, number, title, body
+        )
+        return flow.open()
+
+    first = flows(1)
+    lesson_id = replay.teach(first)
+    without = replay.run_similar(flows, range(2, 4))
+    assert [(o.first_pass, o.fix_rounds, o.lessons_used) for o in without] == [(False, 1, 0)] * 2
+    replay.keep(first, lesson_id)
+    kept_at = _lesson(first, "revise").confirmed_at
+    with_memory = replay.run_similar(flows, range(4, 6))
+    assert [(o.first_pass, o.fix_rounds, o.lessons_used) for o in with_memory] == [(True, 0, 1)] * 2
+    # Used by plans that merged, the lesson was confirmed again.
+    assert _lesson(first, "revise").confirmed_at > kept_at

@@ -1,0 +1,101 @@
+"""Lessons: which lines they cite, when they concern an issue, and when they went stale."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from bot.memory import (
+    Citation,
+    citations_in,
+    digest,
+    expire,
+    pin,
+    relevant,
+    sort_out,
+)
+from bot.models import Lesson, LessonState, utcnow
+
+WIDGETS = "def width(name):\n    return len(name)\n\n\ndef clip(name):\n    return name[:20]\n"
+
+
+def lesson(number: int, text: str, cites: list[Citation] = (), files: dict | None = None) -> Lesson:
+    pinned = pin(list(cites), files or {}) if cites else []
+    assert not isinstance(pinned, str), pinned
+    return Lesson(
+        id=number,
+        repository_id=1,
+        state=LessonState.KEPT,
+        text=text,
+        origin=f"comment:{number}",
+        kind="revise",
+        citations=pinned,
+        author="maintainer",
+        issue_number=1,
+        source_url=f"https://github.test/o/r/issues/1#issuecomment-{number}",
+        confirmed_at=utcnow(),
+    )
+
+
+def test_a_lesson_cites_the_files_and_lines_its_words_name() -> None:
+    text = (
+        "Clip with `widgets.py:5-6`, see also src/app/main.py#L3-L9 and README.md; "
+        "not e.g. or https://github.com/o/r/blob/x.py or ../etc/passwd.txt"
+    )
+    assert citations_in(text) == [
+        Citation("widgets.py", 5, 6),
+        Citation("src/app/main.py", 3, 9),
+        Citation("README.md"),
+    ]
+    assert citations_in("line widgets.py:7 only") == [Citation("widgets.py", 7, 7)]
+    assert citations_in("backwards widgets.py:9-3") == []
+
+
+def test_a_digest_covers_only_the_cited_lines_and_ignores_the_last_newline() -> None:
+    clip = Citation("widgets.py", 5, 6)
+    before = digest(WIDGETS, clip)
+    assert before == digest(WIDGETS.rstrip("\n"), clip)  # git and the contents API differ
+    assert digest(WIDGETS.replace("len(name)", "len(name) + 1"), clip) == before
+    assert digest(WIDGETS.replace("[:20]", "[:30]"), clip) != before
+    assert digest(WIDGETS, Citation("widgets.py", 7, 40)) is None  # no such lines
+    assert digest(WIDGETS, Citation("widgets.py")) != digest(WIDGETS + "x = 1\n", Citation("w"))
+
+
+def test_pinning_says_which_cited_file_is_missing() -> None:
+    assert pin([Citation("gone.py", 1, 2)], {"gone.py": None}) == (
+        "`gone.py` is not on the default branch."
+    )
+    assert "has 6 lines" in str(pin([Citation("widgets.py", 8, 9)], {"widgets.py": WIDGETS}))
+
+
+def test_a_lesson_concerns_an_issue_by_the_files_it_cites_or_the_words_it_shares() -> None:
+    files = {"widgets.py": WIDGETS}
+    by_file = lesson(1, "Keep clip() pure.", [Citation("widgets.py", 5, 6)], files)
+    by_words = lesson(2, "Sidebar labels must be truncated with an ellipsis character.")
+    unrelated = lesson(3, "Release notes go in CHANGES.rst under the next version.")
+    issue = "The sidebar truncates labels badly; widgets.py clips them without an ellipsis."
+    assert [each.id for each in relevant([unrelated, by_words, by_file], issue)] == [1, 2]
+    # Common words do not make a lesson relevant.
+    assert relevant([lesson(4, "Please make the change with tests.")], "Please change tests") == []
+
+
+def test_a_lesson_whose_cited_lines_changed_needs_a_look() -> None:
+    files = {"widgets.py": WIDGETS}
+    clip = lesson(1, "clip() keeps 20 characters.", [Citation("widgets.py", 5, 6)], files)
+    width = lesson(2, "width() counts characters.", [Citation("widgets.py", 1, 2)], files)
+    now = {"widgets.py": WIDGETS.replace("[:20]", "[:30]")}
+    used, aside = sort_out([clip, width], now.get)
+    assert used.needs_look == "lines changed since it was kept: widgets.py:5-6"
+    assert aside.needs_look is None
+    [gone] = sort_out([width], {}.get)
+    assert gone.needs_look == "lines changed since it was kept: widgets.py:1-2"
+
+
+def test_kept_lessons_expire_after_28_days_without_confirmation(app) -> None:
+    with app.extensions["gaffer_db"].session() as session:
+        fresh = lesson(1, "fresh")
+        old = lesson(2, "old")
+        old.confirmed_at = utcnow() - timedelta(days=29)
+        session.add_all([fresh, old])
+        session.flush()
+        expire(session, 1)
+        assert (fresh.state, old.state) == (LessonState.KEPT, LessonState.EXPIRED)
