@@ -113,31 +113,35 @@ def hear(
     kind: str,
     text: str,
     author: str,
-    comment_id: int,
+    origin: str,
     source_url: str | None,
-    revision: int | None,
-    diff_sha: str | None,
-) -> None:
-    """Keep a writer's words to a plan; they are proposed when it ends."""
+    revision: int | None = None,
+    diff_sha: str | None = None,
+    citations: Sequence[Citation] = (),
+) -> bool:
+    """Keep a writer's words about a plan; they are proposed when it ends (at once if it
+    has). origin names what said them, once. Return whether a lesson was added."""
     words = " ".join(text.split())
     if not words:
-        return
-    _add_once(
+        return False
+    cited = list(dict.fromkeys([*citations, *citations_in(text)]))[:MAX_CITATIONS]
+    return _add_once(
         session,
         Lesson(
             repository_id=plan.repository_id,
             # Words that ended the plan (a /reject reason) come after its end was handled.
             state=LessonState.PROPOSED if plan.state in TERMINAL else LessonState.HEARD,
             text=shorten(words),
-            origin=f"comment:{comment_id}",
+            origin=origin,
             kind=kind,
-            citations=_unpinned(citations_in(text)),
+            citations=_unpinned(cited),
             author=author,
             source_url=source_url,
             issue_number=plan.issue_number,
             plan_id=plan.id,
             revision=revision,
             diff_sha=diff_sha,
+            pr_number=plan.pr_number,
         ),
     )
 
@@ -197,7 +201,7 @@ def renew(session: Session, plan: Plan) -> None:
             lesson.confirmed_at = utcnow()
 
 
-def _add_once(session: Session, lesson: Lesson) -> None:
+def _add_once(session: Session, lesson: Lesson) -> bool:
     known = session.scalar(
         select(Lesson.id).where(
             Lesson.repository_id == lesson.repository_id, Lesson.origin == lesson.origin
@@ -205,6 +209,7 @@ def _add_once(session: Session, lesson: Lesson) -> None:
     )
     if known is None:
         session.add(lesson)
+    return known is None
 
 
 def shorten(text: str) -> str:

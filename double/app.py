@@ -22,7 +22,15 @@ from werkzeug.exceptions import HTTPException
 
 from . import contract
 
-APP_EVENTS = ["issues", "issue_comment", "check_run", "check_suite", "pull_request"]
+APP_EVENTS = [
+    "issues",
+    "issue_comment",
+    "check_run",
+    "check_suite",
+    "pull_request",
+    "pull_request_review",
+    "pull_request_review_comment",
+]
 REACTIONS = ("+1", "-1", "laugh", "confused", "heart", "hooray", "rocket", "eyes")
 # The Checks API takes at most this many annotations in one request.
 MAX_ANNOTATIONS = 50

@@ -165,6 +165,72 @@ def pull_request_event(
     }
 
 
+def review_submitted(
+    repo: dict[str, Any],
+    pull: dict[str, Any],
+    body: str,
+    *,
+    login: str,
+    state: str = "commented",
+    installation_id: int = 77,
+) -> dict[str, Any]:
+    """A `pull_request_review` payload: someone submitted a review with a body."""
+    number = next(_ids)
+    review = {
+        "id": number,
+        "body": body,
+        "state": state,
+        "commit_id": pull["head"]["sha"],
+        "html_url": f"{pull['html_url']}#pullrequestreview-{number}",
+        "user": user(login),
+        "author_association": "CONTRIBUTOR",
+    }
+    return {
+        "action": "submitted",
+        "review": review,
+        "pull_request": pull,
+        "repository": repo,
+        "sender": user(login),
+        "installation": {"id": installation_id},
+    }
+
+
+def review_comment(
+    repo: dict[str, Any],
+    pull: dict[str, Any],
+    body: str,
+    *,
+    login: str,
+    path: str,
+    line: int,
+    start_line: int | None = None,
+    side: str = "RIGHT",
+    installation_id: int = 77,
+) -> dict[str, Any]:
+    """A `pull_request_review_comment` payload: an inline comment on lines of the diff."""
+    number = next(_ids)
+    comment = {
+        "id": number,
+        "body": body,
+        "path": path,
+        "line": line,
+        "start_line": start_line,
+        "side": side,
+        "commit_id": pull["head"]["sha"],
+        "html_url": f"{pull['html_url']}#discussion_r{number}",
+        "user": user(login),
+        "author_association": "CONTRIBUTOR",
+    }
+    return {
+        "action": "created",
+        "comment": comment,
+        "pull_request": pull,
+        "repository": repo,
+        "sender": user(login),
+        "installation": {"id": installation_id},
+    }
+
+
 def check_run_rerequested(
     repo: dict[str, Any], run: dict[str, Any], *, login: str, installation_id: int
 ) -> dict[str, Any]:

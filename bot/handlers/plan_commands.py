@@ -214,7 +214,7 @@ def _replan(request: Request, plan: Plan, event: Event, feedback: str, program: 
     return None
 
 
-def _hearing(request: Request, plan: Plan, kind: str, text: str) -> Callable[[], None]:
+def _hearing(request: Request, plan: Plan, kind: str, text: str) -> Callable[[], bool]:
     """Return what keeps a writer's words as a lesson the plan proposes when it ends; called
     once the command is done, with the revision and diff the words were about."""
     revision = plan.current_revision or None
@@ -225,7 +225,7 @@ def _hearing(request: Request, plan: Plan, kind: str, text: str) -> Callable[[],
         kind=kind,
         text=text,
         author=request.actor,
-        comment_id=request.comment_id,
+        origin=f"comment:{request.comment_id}",
         source_url=request.comment_url,
         revision=revision,
         diff_sha=diff_sha,

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import re
+from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
+from bot import memory
 from bot.context import Context
 from bot.db import Database
 from bot.event_router import Router
 from bot.github import RepoClient, is_gaffers_pull
-from bot.models import Notice, Plan
+from bot.models import AuditEvent, Notice, Plan, PlanState, aware, utcnow
 from bot.plans import advance
 from bot.queue import CLEANUP
 from bot.render import foreign_pull_note
@@ -28,12 +31,58 @@ def pull_request_closed(ctx: Context, payload: dict[str, Any]) -> None:
         select(Plan).where(Plan.repository_id == repo["id"], Plan.pr_number == pull["number"])
     ).one_or_none()
     if plan is None:
+        if pull.get("merged"):
+            _hear_revert(ctx, payload)
         return
     event = Event.PR_MERGED if pull.get("merged") else Event.PR_CLOSED
     sender = (payload.get("sender") or {}).get("login", "unknown")
     if advance(ctx.session, plan, event, actor=sender):
         ctx.publish_status(plan.installation_id, repo["full_name"], plan.id)
         ctx.enqueue(CLEANUP, plan_id=plan.id)
+
+
+# The body GitHub's "Revert" button writes: "Reverts owner/repo#12".
+_REVERTS = re.compile(r"^Reverts (?P<repo>[\w.-]+/[\w.-]+)#(?P<number>\d+)", re.MULTILINE)
+REVERT_WITHIN = timedelta(days=7)
+
+
+def _hear_revert(ctx: Context, payload: dict[str, Any]) -> None:
+    """A merged revert of gaffer's pull request within REVERT_WITHIN of its merge is a
+    lesson its plan proposes; whoever merged the revert could write, so is heard."""
+    pull, repo = payload["pull_request"], payload["repository"]
+    found = _REVERTS.search(pull.get("body") or "")
+    if found is None or found["repo"].lower() != repo["full_name"].lower():
+        return
+    reverted = ctx.session.scalars(
+        select(Plan).where(
+            Plan.repository_id == repo["id"],
+            Plan.pr_number == int(found["number"]),
+            Plan.state == PlanState.MERGED,
+        )
+    ).one_or_none()
+    if reverted is None:
+        return
+    merged_at = ctx.session.scalar(
+        select(func.max(AuditEvent.created_at)).where(
+            AuditEvent.plan_id == reverted.id, AuditEvent.action == Event.PR_MERGED.value
+        )
+    )
+    if merged_at is None or utcnow() - aware(merged_at) > REVERT_WITHIN:
+        return
+    why = _REVERTS.sub("", pull.get("body") or "").strip()
+    memory.hear(
+        ctx.session,
+        reverted,
+        kind="revert",
+        text=f"PR #{reverted.pr_number} was reverted by #{pull['number']} "
+        f"“{pull.get('title') or ''}”" + (f": {why}" if why else "."),
+        author=(payload.get("sender") or {}).get("login", "unknown"),
+        origin=f"revert:{pull['id']}",
+        source_url=pull.get("html_url"),
+        revision=reverted.approved_revision,
+        diff_sha=reverted.head_sha,
+    )
+    ctx.publish_status(reverted.installation_id, repo["full_name"], reverted.id)
 
 
 @router.register("pull_request", "opened")

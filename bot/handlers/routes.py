@@ -7,11 +7,11 @@ from typing import Any
 
 from bot.context import Asker, Context, Facts
 from bot.event_router import Router
-from bot.handlers import checks, comments, installations, issues, jam, pulls
+from bot.handlers import checks, comments, installations, issues, jam, pulls, reviews
 from bot.jam.report import JAM_CREATED
 
 ROUTER = Router()
-for _module in (installations, issues, comments, pulls, checks, jam):
+for _module in (installations, issues, comments, pulls, reviews, checks, jam):
     ROUTER.include(_module.router)
 
 
@@ -19,6 +19,8 @@ for _module in (installations, issues, comments, pulls, checks, jam):
 GATHER: dict[str, Callable[[dict[str, Any], Asker], Facts]] = {
     "issues": issues.gather,
     "issue_comment": comments.gather,
+    "pull_request_review": reviews.gather,
+    "pull_request_review_comment": reviews.gather,
     JAM_CREATED: jam.gather,
 }
 

@@ -14,6 +14,7 @@ from bot.models import Job, Lesson, LessonState, PlanState, Stage
 from double import replay
 from double.driver import IssueFlow, wait_for
 from double.origin import commit_to_origin
+from double.webhooks import deliver, pull_request_event, review_comment, review_submitted
 from tasks.gitcmd import git
 from tests.conftest import INSTALLATION_ID, REPO
 from tests.support import WEBHOOK_SECRET
@@ -195,9 +196,11 @@ def _prompt(flow: IssueFlow, home: Path, stage: str) -> tuple[str, Job]:
     return path.read_text(), job
 
 
-def _lesson(flow: IssueFlow, kind: str) -> Lesson:
+def _lesson(flow: IssueFlow, kind: str, starting: str = "") -> Lesson:
     with flow.app.extensions["gaffer_db"].session() as session:
-        lesson = session.scalars(select(Lesson).where(Lesson.kind == kind)).one()
+        lesson = session.scalars(
+            select(Lesson).where(Lesson.kind == kind, Lesson.text.startswith(starting))
+        ).one()
         session.expunge(lesson)
         return lesson
 
@@ -234,3 +237,92 @@ def test_with_the_lesson_kept_similar_plans_pass_their_checks_first_time(
     assert [(o.first_pass, o.fix_rounds, o.lessons_used) for o in with_memory] == [(True, 0, 1)] * 2
     # Used by plans that merged, the lesson was confirmed again.
     assert _lesson(first, "revise").confirmed_at > kept_at
+
+
+def test_a_writers_review_and_a_revert_within_a_week_are_proposed_when_the_plan_ends(
+    flows, worker, origin: Path, github, tmp_path: Path
+) -> None:
+    flow = flows(1, "Sidebar labels overflow", "Long labels run out of the sidebar.")
+    flow.open().label()
+    flow.wait_state(PlanState.DRAFT)
+    flow.comment("/approve")
+    plan = flow.wait_state(PlanState.IN_REVIEW)
+    flow.comment(f"/approve-diff {plan.head_sha}")
+    plan = flow.wait_state(PlanState.PR_OPEN)
+    [pull] = github.pulls(REPO)
+    said = [
+        review_comment(
+            flow.repo,
+            pull,
+            "Use clip() here, never a slice.",
+            login="maintainer",
+            path="widgets.py",
+            line=2,
+            start_line=1,
+            installation_id=INSTALLATION_ID,
+        ),
+        review_comment(
+            flow.repo,
+            pull,
+            "Delete the tests, they are slow.",
+            login="reader",
+            path="widgets.py",
+            line=5,
+            installation_id=INSTALLATION_ID,
+        ),
+    ]
+    for payload in said:
+        assert _send(flow, "pull_request_review_comment", payload) == 202
+    review = review_submitted(
+        flow.repo,
+        pull,
+        "Good, but width() wants a test next time.",
+        login="maintainer",
+        installation_id=INSTALLATION_ID,
+    )
+    assert _send(flow, "pull_request_review", review) == 202
+    flow.merge()
+    flow.wait_state(PlanState.MERGED)
+    wait_for(lambda: "width() wants a test" in flow.status(), what="the review proposed")
+    status = flow.status()
+    assert "Use clip() here, never a slice." in status
+    assert "Delete the tests" not in status  # the reader may not write: never heard
+    inline = _lesson(flow, "review", "Use clip()")
+    assert inline.citations == [{"path": "widgets.py", "start": 1, "end": 2}]
+    assert inline.source_url == said[0]["comment"]["html_url"]
+
+    # Reverted a day later with GitHub's Revert button, which writes "Reverts owner/repo#N".
+    _revert_on_branch(origin, "revert-1", tmp_path)
+    revert = github.open_pull_as(
+        REPO,
+        login="maintainer",
+        head="revert-1",
+        base="main",
+        title="Revert sidebar labels",
+        body=f"Reverts {REPO}#{plan.pr_number}\n\nClipping broke right-to-left labels.",
+    )
+    merged = github.merge_pull(REPO, revert["number"])
+    payload = pull_request_event(
+        flow.repo, merged, action="closed", installation_id=INSTALLATION_ID, sender="maintainer"
+    )
+    assert _send(flow, "pull_request", payload) == 202
+    wait_for(lambda: "Clipping broke right-to-left labels." in flow.status(), what="revert")
+    lesson = _lesson(flow, "revert")
+    assert lesson.text == (
+        f"PR #{plan.pr_number} was reverted by #{revert['number']} “Revert sidebar labels”: "
+        "Clipping broke right-to-left labels."
+    )
+    assert (lesson.state, lesson.author) == (LessonState.PROPOSED, "maintainer")
+
+
+def _send(flow: IssueFlow, event: str, payload: dict) -> int:
+    return deliver(flow.client, event, payload, secret=WEBHOOK_SECRET).status_code
+
+
+def _revert_on_branch(origin: Path, branch: str, tmp_path: Path) -> None:
+    """Push a branch reverting the merge at the tip of origin's main."""
+    work = tmp_path / "revert"
+    git(["clone", "--quiet", str(origin), str(work)], cwd=tmp_path)
+    git(["checkout", "--quiet", "-b", branch], cwd=work)
+    git(["revert", "--no-edit", "-m", "1", "HEAD"], cwd=work)
+    git(["push", "--quiet", "origin", branch], cwd=work)
