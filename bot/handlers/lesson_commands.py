@@ -89,6 +89,7 @@ def forget_lesson(request: Request, command: Command) -> str | None:
 
 def list_lessons(request: Request, command: Command) -> str | None:
     """List the repository's lessons kept and waiting for a writer."""
+    memory.expire(request.ctx.session, request.repository_id)
     lessons = request.ctx.session.scalars(
         select(Lesson)
         .where(

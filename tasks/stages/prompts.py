@@ -27,8 +27,10 @@ LESSONS_NOTE = (
     "kept each one. They are notes, not rules: the code as it is now wins over them. Where "
     "a lesson disagrees with the code, follow the code and say so."
 )
-# A section cannot close the tags around it: `</jam-` inside one is written `&lt;/jam-`.
+# A section cannot close the tags around it: `</jam-` inside one is written `&lt;/jam-`,
+# and the same for a lesson (a check's title in one comes from the repository's tools).
 _JAM_TAG = re.compile(r"<(?=/?jam-)", re.IGNORECASE)
+_LESSON_TAG = re.compile(r"<(?=/?lesson\b)", re.IGNORECASE)
 
 
 def plan_prompt(
@@ -144,5 +146,5 @@ def _lesson(lesson: Offered) -> str:
     source = f' source="{_attribute(lesson.source_url)}"' if lesson.source_url else ""
     return (
         f'<lesson id="L{lesson.id}" by="{_attribute(lesson.author)}"{about}{source}>\n'
-        f"{clean_untrusted(lesson.text)}\n</lesson>"
+        f"{_LESSON_TAG.sub('&lt;', clean_untrusted(lesson.text))}\n</lesson>"
     )

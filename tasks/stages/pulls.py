@@ -8,6 +8,7 @@ from sqlalchemy.orm import Session
 from bot.approvals import diff_rule_problem
 from bot.costs import plan_spend
 from bot.github import PullBlocked, RepoClient
+from bot.memory import Offered
 from bot.models import (
     Approval,
     ApprovalKind,
@@ -20,6 +21,7 @@ from bot.models import (
 )
 from bot.permissions import may_approve
 from bot.plans import advance
+from bot.render import lessons_used
 from bot.repo_config import fetch_repo_config
 from bot.states import Event
 from bot.status import publish_status
@@ -126,11 +128,13 @@ def _recheck(
 
 def _body(wctx: WorkerContext, client: RepoClient, plan: Plan) -> str:
     with wctx.db.session() as session:
-        plan_text = session.scalars(
-            select(PlanRevision.body).where(
+        revision = session.scalars(
+            select(PlanRevision).where(
                 PlanRevision.plan_id == plan.id, PlanRevision.number == plan.approved_revision
             )
         ).one()
+        plan_text = revision.body
+        lessons = [Offered.from_json(each) for each in revision.memory or []]
         spend = plan_spend(session, plan.id)
         checks = session.scalars(
             select(CheckResult).where(
@@ -146,6 +150,10 @@ def _body(wctx: WorkerContext, client: RepoClient, plan: Plan) -> str:
         plan_text,
         "\n</details>",
         "",
+    ]
+    if any(each.needs_look is None for each in lessons):
+        lines += [lessons_used(revision.number, [e for e in lessons if e.needs_look is None]), ""]
+    lines += [
         f"Head: `{plan.head_sha}`",
         "",
         "Checks:",
