@@ -158,7 +158,8 @@ class WebProcess:
             raise AssertionError(f"gaffer exited:\n{self.log_path.read_text()[-3000:]}")
         try:
             return requests.get(f"{self.url}/healthz", timeout=2).ok
-        except requests.ConnectionError:
+        except (requests.ConnectionError, requests.Timeout):
+            # The port is bound before a worker has booted to accept: no answer is not yet.
             return False
 
     def post(self, path: str, *, data: bytes, headers: dict[str, str]) -> requests.Response:
