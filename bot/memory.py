@@ -2,8 +2,9 @@
 
 A lesson's life:
 
-1. **heard** — a writer's `/revise` feedback or `/reject` reason is kept as the plan runs,
-   with the comment it came from.
+1. **heard** — a writer's `/revise` feedback or `/reject` reason, and a writer's review of
+   the plan's pull request (bot/handlers/reviews.py), are kept as the plan runs, with where
+   they were said; so is a merged revert of its pull request within a week.
 2. **proposed** — when the plan ends, its heard lessons, and what its checks taught (a check
    that failed and then passed after a fix), are listed on its status comment.
 3. **kept** — a writer answers `/keep L<id>`. gaffer reads the lines the lesson cites on the
@@ -76,7 +77,7 @@ def citations_in(text: str) -> list[Citation]:
     """Return the file lines a text names, in order, each once."""
     found: dict[Citation, None] = {}
     for match in _CITATION.finditer(text):
-        path = match["path"].strip("./") if match["path"].startswith("./") else match["path"]
+        path = match["path"].removeprefix("./")
         if ".." in path.split("/"):
             continue
         start = match["start"] or match["lstart"]
@@ -275,7 +276,7 @@ class Offered:
     source_url: str | None
     issue_number: int
     citations: tuple[str, ...]
-    # Why it was set aside instead of used, e.g. "lines changed: bot/app.py:10-20".
+    # Why it was set aside instead of used: "lines changed since it was kept: app.py:10-20".
     needs_look: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -314,13 +315,13 @@ def expire(session: Session, repository_id: int, now: datetime | None = None) ->
             lesson.state = LessonState.EXPIRED
 
 
-def relevant(lessons: Iterable[Lesson], about: str, paths: Iterable[str] = ()) -> list[Lesson]:
-    """Return the lessons that concern a piece of work, best first, at most MAX_USED.
+def relevant(lessons: Iterable[Lesson], about: str) -> list[Lesson]:
+    """Return the lessons that concern an issue, best first, at most MAX_USED.
 
-    about: the issue's words; paths: files the work names. A lesson concerns the work when
-    a file it cites is named, or it shares SHARED_WORDS uncommon words with the issue.
+    about: the issue's words. A lesson concerns it when the issue names a file the lesson
+    cites, or they share SHARED_WORDS uncommon words.
     """
-    named = {path.strip("/") for path in paths} | {c.path for c in citations_in(about)}
+    named = {c.path for c in citations_in(about)}
     words = _words(about)
     scored = []
     for lesson in lessons:
