@@ -245,11 +245,12 @@ REGISTRY: tuple[CommandSpec, ...] = (
     ),
     _spec(
         "keep",
-        "L<id> [path:lines …]",
+        "L<id> [path:lines …] [glob …]",
         "Keep a proposed lesson for later plans (or keep one again), tied to the lines it "
-        "cites as they read now on the default branch.",
+        "cites as they read now on the default branch, and scoped to the paths the globs "
+        "match.",
         Who.WRITER,
-        r"(?P<lesson>[Ll]?[1-9]\d{0,8})(?P<cite>(?:\s+[\w./#:-]{1,300}){0,8})",
+        r"(?P<lesson>[Ll]?[1-9]\d{0,8})(?P<cite>(?:\s+[\w./#:*?-]{1,300}){0,8})",
         target=Target.ISSUE,
     ),
     _spec(

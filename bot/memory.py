@@ -26,6 +26,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from fnmatch import fnmatchcase
 from typing import Any
 
 from sqlalchemy import select
@@ -56,6 +57,8 @@ _COMMON_WORDS = (
 )
 _COMMON = frozenset(_COMMON_WORDS.split(" "))
 LESSON_ID = re.compile(r"[Ll]?(?P<id>[1-9]\d{0,8})")
+# A scope glob: a relative path with `*` or `?`, never leaving the repository.
+_GLOB = re.compile(r"(?!/)(?!.*(?:^|/)\.\.(?:/|$))[\w./*?-]*[*?][\w./*?-]*")
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,14 @@ def citations_in(text: str) -> list[Citation]:
         elif int(end) >= int(start) > 0:
             found[Citation(path, int(start), int(end))] = None
     return list(found)[:MAX_CITATIONS]
+
+
+def cited_and_scoped(words: str) -> tuple[list[Citation], list[str]]:
+    """Split a writer's `/keep` words into the lines they cite (`app.py:3-9`) and the
+    scope globs they give (`src/**/*.py`)."""
+    globs = list(dict.fromkeys(word for word in words.split() if _GLOB.fullmatch(word)))
+    rest = " ".join(word for word in words.split() if word not in globs)
+    return citations_in(rest), globs
 
 
 def digest(text: str, citation: Citation) -> str | None:
@@ -250,11 +261,14 @@ def pin(citations: Sequence[Citation], files: dict[str, str | None]) -> list[dic
     return pinned
 
 
-def keep(lesson: Lesson, actor: str, pinned: list[dict[str, Any]]) -> None:
-    """A writer keeps the lesson as it cites the default branch now."""
+def keep(
+    lesson: Lesson, actor: str, pinned: list[dict[str, Any]], scope: Sequence[str] = ()
+) -> None:
+    """A writer keeps the lesson as it cites the default branch now, scoped to more globs."""
     now = utcnow()
     lesson.state = LessonState.KEPT
     lesson.citations = pinned
+    lesson.scope = list(dict.fromkeys([*(lesson.scope or []), *scope]))
     lesson.decided_by, lesson.decided_at, lesson.confirmed_at = actor, now, now
 
 
@@ -319,16 +333,17 @@ def relevant(lessons: Iterable[Lesson], about: str) -> list[Lesson]:
     """Return the lessons that concern an issue, best first, at most MAX_USED.
 
     about: the issue's words. A lesson concerns it when the issue names a file the lesson
-    cites, or they share SHARED_WORDS uncommon words.
+    cites or its scope matches, or they share SHARED_WORDS uncommon words.
     """
     named = {c.path for c in citations_in(about)}
     words = _words(about)
     scored = []
     for lesson in lessons:
         cited = {c.path for c in citations_of(lesson)}
-        score = 10 * len(cited & named) + len(_words(lesson.text) & words)
-        if cited & named or len(_words(lesson.text) & words) >= SHARED_WORDS:
-            scored.append((score, lesson.id, lesson))
+        matched = {p for p in named if p in cited or _in_scope(p, lesson.scope or [])}
+        shared = len(_words(lesson.text) & words)
+        if matched or shared >= SHARED_WORDS:
+            scored.append((10 * len(matched) + shared, lesson.id, lesson))
     scored.sort(key=lambda item: (-item[0], -item[1]))
     return [lesson for _, _, lesson in scored[:MAX_USED]]
 
@@ -364,6 +379,10 @@ def _changed(cited: dict[str, Any], read: Callable[[str], str | None]) -> bool:
         return True
     citation = Citation(cited["path"], cited.get("start"), cited.get("end"))
     return digest(text, citation) != cited.get("digest")
+
+
+def _in_scope(path: str, globs: Sequence[str]) -> bool:
+    return any(fnmatchcase(path, glob) for glob in globs)
 
 
 def _words(text: str) -> set[str]:

@@ -361,6 +361,9 @@ class Lesson(Base):
     # [{"path", "start", "end", "digest"}]: lines of the default branch; start None for a
     # whole file. The digests are taken when a writer keeps the lesson.
     citations: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    # Path globs a writer scoped it to (`/keep L3 src/**`): an issue naming a matching path
+    # is one it concerns, as is one naming a cited file.
+    scope: Mapped[list[str]] = mapped_column(JSON, default=list)
     author: Mapped[str] = mapped_column(String(200))
     said_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     source_url: Mapped[str | None] = mapped_column(Text)

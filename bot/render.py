@@ -157,9 +157,10 @@ def lessons_reply(lessons: Sequence[Lesson]) -> str:
     """Render the answer to /lessons."""
     if not lessons:
         return "This repository has no lessons yet: they are proposed when plans end."
-    lines = ["| lesson | state | cites | lesson |", "|---|---|---|---|"]
+    lines = ["| lesson | state | about | lesson |", "|---|---|---|---|"]
     for lesson in lessons:
-        cites = ", ".join(f"`{c['path']}`" for c in lesson.citations) or "—"
+        about = [c["path"] for c in lesson.citations] + list(lesson.scope or [])
+        cites = ", ".join(f"`{each}`" for each in dict.fromkeys(about)) or "—"
         text = _lesson_line(lesson.id, lesson.text, lesson.author, lesson.source_url)
         lines.append(f"| L{lesson.id} | {lesson.state.value} | {cites} | {text} |")
     return "\n".join(lines)

@@ -20,7 +20,7 @@ def cited_paths(command: Command, lesson: Lesson | None) -> list[str]:
     """The files a /keep or /remember needs read from the default branch."""
     if command.name == "remember":
         return [c.path for c in memory.citations_in(command.args["lesson"])]
-    named = memory.citations_in(command.args.get("cite", ""))
+    named, _ = memory.cited_and_scoped(command.args.get("cite", ""))
     own = memory.citations_of(lesson) if lesson is not None else []
     return list(dict.fromkeys(c.path for c in [*own, *named]))
 
@@ -39,11 +39,11 @@ def keep_lesson(request: Request, command: Command) -> str | None:
         )
     if lesson.state == LessonState.HEARD:
         return f"L{lesson.id} comes from a plan still under way; it is proposed when the plan ends."
-    named = memory.citations_in(command.args.get("cite", ""))
+    named, scope = memory.cited_and_scoped(command.args.get("cite", ""))
     pinned, dropped = _pin(request, memory.citations_of(lesson), named)
     if isinstance(pinned, str):
         return f"L{lesson.id} cannot be kept: {pinned}"
-    memory.keep(lesson, request.actor, pinned)
+    memory.keep(lesson, request.actor, pinned, scope)
     request.answer(_kept(lesson, dropped))
     return None
 
@@ -123,25 +123,27 @@ def _kept(lesson: Lesson, dropped: list[str]) -> str:
     cites = [
         memory.Citation(c["path"], c.get("start"), c.get("end")).label for c in lesson.citations
     ]
-    about = (
-        "It is about " + ", ".join(f"`{c}`" for c in cites) + "; once those lines change it "
-        "is set aside until someone keeps it again."
-        if cites
-        else "It cites no lines, so it is offered on its words alone: `/keep` with "
-        "`path:12-20` ties a lesson to lines."
+    said = [f"Kept L{lesson.id}: later plans that concern it will read it."]
+    if cites:
+        said.append(
+            "It is about " + ", ".join(f"`{c}`" for c in cites) + "; once those lines change "
+            "it is set aside until someone keeps it again."
+        )
+    else:
+        said.append(
+            f"It cites no lines (`/keep L{lesson.id} path:12-20` ties it to some), so nothing "
+            "can show it stale."
+        )
+    if lesson.scope:
+        globs = ", ".join(f"`{glob}`" for glob in lesson.scope)
+        said.append(f"Issues naming a path in {globs} are given it.")
+    if dropped:
+        missing = ", ".join(f"`{each}`" for each in dropped)
+        said.append(f"Not cited, as the default branch has no such lines: {missing}.")
+    said.append(
+        f"It expires in 28 days unless a plan that used it merges; `/forget L{lesson.id}` drops it."
     )
-    note = (
-        " Not cited, as the default branch has no such lines: "
-        + ", ".join(f"`{each}`" for each in dropped)
-        + "."
-        if dropped
-        else ""
-    )
-    return (
-        f"Kept L{lesson.id}: later plans that concern it will read it. {about}{note} "
-        f"It expires in 28 days unless a plan that used it merges; `/forget L{lesson.id}` "
-        "drops it."
-    )
+    return " ".join(said)
 
 
 def _unknown(command: Command) -> str:

@@ -222,12 +222,16 @@ def _work_and_verify(space: Workspace) -> None:
 
 def _guidance(space: Workspace, names: list[str]) -> Guidance:
     """The stage's program and conventions as of the plan's base, and the lessons it was
-    planned with that still hold on the default branch now; recorded on the job."""
-    head = resolve_ref(space.mirror, space.default_branch)
+    planned with that still hold on the default branch now; recorded on the job.
+
+    The default branch's head comes from GitHub, not from the mirror's refs, which an agent
+    without a sandbox could have rewritten; a commit the mirror lacks sets lessons aside.
+    """
+    head = space.client.default_branch_sha()
     guidance = for_execution(
         space.wctx, space.mirror, space.plan.base_sha or head, head, names, space.lessons
     )
-    record_inputs(space.wctx, space.job.id, guidance)
+    record_inputs(space.wctx, space.job.id, guidance.record)
     return guidance
 
 

@@ -3,8 +3,9 @@ conventions files and the lessons it kept, all read from the default branch in t
 
 A repository may write `.github/gaffer/programs/<stage>.md` on its default branch. It is
 added after gaffer's shipped program for the stage, or replaces it when its first line is
-`<!-- gaffer: replace -->`. What the job ran with (each file's path and blob SHA, the
-lessons used and set aside) is recorded on the job.
+`<!-- gaffer: replace -->`. Its `pr.md` is the pull request's text (tasks/stages/pulls.py).
+What the job ran with (each file's path and blob SHA, the lessons used and set aside) is
+recorded on the job.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from tasks.gitcmd import GitError, git
 PROGRAMS = Path(__file__).resolve().parents[2] / "config" / "programs"
 
 PROGRAM_DIR = ".github/gaffer/programs"
+# The pull request's text, used in place of the repository's pull request template.
+PR_PROGRAM = f"{PROGRAM_DIR}/pr.md"
 REPLACE_MARK = "<!-- gaffer: replace -->"
 CONVENTIONS = ("AGENTS.md", "CLAUDE.md")
 MAX_FILE_CHARS = 20_000
@@ -154,13 +157,14 @@ def _guidance(tree: DefaultBranch, names: Sequence[str], lessons: Sequence[Offer
     return Guidance(program, files, tuple(lessons), record)
 
 
-def record_inputs(wctx: WorkerContext, job_id: int, guidance: Guidance) -> None:
-    """Keep on the job what its agent ran with; a job of several runs keeps each stage's."""
+def record_inputs(wctx: WorkerContext, job_id: int, record: dict[str, Any]) -> None:
+    """Keep on the job what one of its runs was given (a Guidance's record); a job of
+    several runs (execute, then fix) keeps each one's."""
     with wctx.db.session() as session:
         job = session.get_one(Job, job_id)
         before = dict(job.inputs or {})
-        runs = [*before.get("runs", []), guidance.record]
-        used = sorted({*before.get("lessons_used", []), *guidance.record["lessons_used"]})
+        runs = [*before.get("runs", []), record]
+        used = sorted({*before.get("lessons_used", []), *record.get("lessons_used", [])})
         job.inputs = {"runs": runs, "lessons_used": used}
 
 

@@ -110,7 +110,7 @@ def _draft(
     head = resolve_ref(mirror, client.repo.default_branch)
     about = "\n".join([snapshot.title, snapshot.body.body, job.feedback or ""])
     guidance = for_planning(wctx, plan, mirror, head, program_names(job), about)
-    record_inputs(wctx, job.id, guidance)
+    record_inputs(wctx, job.id, guidance.record)
     prompt = plan_prompt(guidance, snapshot, previous=previous, feedback=job.feedback)
     with readonly_worktree(mirror, head, wctx.settings.home) as worktree:
         result = run_stage_agent(

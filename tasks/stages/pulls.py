@@ -27,6 +27,7 @@ from bot.states import Event
 from bot.status import publish_status
 from tasks.context import WorkerContext
 from tasks.leases import finish
+from tasks.stages.guidance import MAX_FILE_CHARS, PR_PROGRAM, record_inputs
 
 
 class NoPullRequest(Exception):
@@ -44,7 +45,7 @@ def open_pull_request(wctx: WorkerContext, job: Job) -> None:
     client = wctx.client(plan.installation_id, plan.repository.full_name)
     try:
         _recheck(wctx, client, plan, approval)
-        number, head = _open(wctx, client, plan)
+        number, head = _open(wctx, client, plan, job)
         if approval is not None and head != approval.sha:
             client.close_pull(number)
             raise NoPullRequest(f"the branch moved to `{head}` while the PR was being opened.")
@@ -66,16 +67,30 @@ def open_pull_request(wctx: WorkerContext, job: Job) -> None:
     publish_status(wctx.db, client, plan.id)
 
 
-def _open(wctx: WorkerContext, client: RepoClient, plan: Plan) -> tuple[int, str]:
+def _open(wctx: WorkerContext, client: RepoClient, plan: Plan, job: Job) -> tuple[int, str]:
     base = client.repo.default_branch
     try:
-        body = _body(wctx, client, plan)
+        body = _body(wctx, client, plan, job)
         return client.open_pull(plan.branch or "", base, pull_title(plan), body)
     except PullBlocked as blocked:
         raise NoPullRequest(
             f"{blocked} is open from `{plan.branch}` into `{base}`, and only gaffer's own pull "
             f"request can be the plan's. Once #{blocked.number} is closed, approve the diff again."
         ) from blocked
+
+
+def _template(wctx: WorkerContext, client: RepoClient, job: Job) -> str | None:
+    """The repository's own text for gaffer's pull requests (its `pr.md` program), else its
+    pull request template; which one is recorded on the job."""
+    program = client.small_file_on_default_branch(PR_PROGRAM, MAX_FILE_CHARS)
+    if program is not None and program.text is not None:
+        record = {"name": "pr", "path": PR_PROGRAM, "blob": program.sha}
+        text: str | None = program.text
+    else:
+        record = {"name": "pr", "shipped": "the repository's pull request template"}
+        text = client.pull_request_template()
+    record_inputs(wctx, job.id, {"program": record})
+    return text
 
 
 def pull_title(plan: Plan) -> str:
@@ -126,7 +141,7 @@ def _recheck(
         raise NoPullRequest(problem)
 
 
-def _body(wctx: WorkerContext, client: RepoClient, plan: Plan) -> str:
+def _body(wctx: WorkerContext, client: RepoClient, plan: Plan, job: Job) -> str:
     with wctx.db.session() as session:
         revision = session.scalars(
             select(PlanRevision).where(
@@ -142,7 +157,7 @@ def _body(wctx: WorkerContext, client: RepoClient, plan: Plan) -> str:
             )
         ).all()
     lines = [f"Closes #{plan.issue_number}", ""]
-    template = client.pull_request_template()
+    template = _template(wctx, client, job)
     if template:
         lines += [template.strip(), ""]
     lines += [

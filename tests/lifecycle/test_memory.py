@@ -134,6 +134,15 @@ def test_what_someone_without_write_access_says_is_never_a_lesson(flows, worker,
     third.wait_state(PlanState.DRAFT)
     assert LESSON in _planning_prompt(third, settings.home)[0]
 
+    # Scoped by a writer to `ui/**`, it reaches an issue that only names a path there.
+    remembered = _lesson(second, "remember")
+    third.comment(f"/keep L{remembered.id} ui/**")
+    wait_for(lambda: _lesson(second, "remember").scope == ["ui/**"], what="the scope")
+    fourth = flows(4, "Crash on resize", "Resizing crashes in ui/panel/header.py.")
+    fourth.open().label()
+    fourth.wait_state(PlanState.DRAFT)
+    assert LESSON in _planning_prompt(fourth, settings.home)[0]
+
 
 def test_a_repositorys_own_programs_and_conventions_drive_its_stages(
     flows, worker, settings, origin: Path
@@ -145,6 +154,7 @@ def test_a_repositorys_own_programs_and_conventions_drive_its_stages(
             ".github/gaffer/programs/execute.md": (
                 "<!-- gaffer: replace -->\nWork in small commits; touch nothing else.\n"
             ),
+            ".github/gaffer/programs/pr.md": "## Why\n\nSay which user this helps.\n",
             "AGENTS.md": "Run `make check` before you finish.\n",
         },
         "gaffer programs",
@@ -171,11 +181,27 @@ def test_a_repositorys_own_programs_and_conventions_drive_its_stages(
         {"path": "AGENTS.md", "blob": git(["rev-parse", "main:AGENTS.md"], cwd=origin)}
     ]
     flow.comment("/approve")
-    flow.wait_state(PlanState.IN_REVIEW)
+    plan = flow.wait_state(PlanState.IN_REVIEW)
     prompt, job = _prompt(flow, settings.home, Stage.EXECUTE)
     assert prompt.startswith("Work in small commits; touch nothing else.")
     assert "# Stage: execute" not in prompt
     assert job.inputs["runs"][0]["program"]["mode"] == "replaces"
+
+    # The pull request's text is the repository's `pr.md`, recorded with its blob SHA.
+    flow.comment(f"/approve-diff {plan.head_sha}")
+    flow.wait_state(PlanState.PR_OPEN)
+    [pull] = flow.github.pulls(REPO)
+    assert "## Why\n\nSay which user this helps." in pull["body"]
+    _, job = _prompt(flow, settings.home, Stage.OPEN_PR)
+    assert job.inputs["runs"] == [
+        {
+            "program": {
+                "name": "pr",
+                "path": ".github/gaffer/programs/pr.md",
+                "blob": git(["rev-parse", "main:.github/gaffer/programs/pr.md"], cwd=origin),
+            }
+        }
+    ]
 
 
 def _planning_prompt(flow: IssueFlow, home: Path) -> tuple[str, Job]:
@@ -185,7 +211,8 @@ def _planning_prompt(flow: IssueFlow, home: Path) -> tuple[str, Job]:
 
 
 def _prompt(flow: IssueFlow, home: Path, stage: str) -> tuple[str, Job]:
-    """The latest job of a stage on the issue's plan, and the prompt its agent read."""
+    """The latest job of a stage on the issue's plan, and the prompt its agent read (empty
+    for a job that runs no agent)."""
     plan = flow.plan()
     with flow.app.extensions["gaffer_db"].session() as session:
         job = session.scalars(
@@ -193,7 +220,7 @@ def _prompt(flow: IssueFlow, home: Path, stage: str) -> tuple[str, Job]:
         ).first()
         session.expunge(job)
     path = home / "jobs" / str(plan.id) / f"{job.id}-{job.stage}" / "prompt.md"
-    return path.read_text(), job
+    return (path.read_text() if path.exists() else ""), job
 
 
 def _lesson(flow: IssueFlow, kind: str, starting: str = "") -> Lesson:

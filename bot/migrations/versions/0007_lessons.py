@@ -23,6 +23,7 @@ def upgrade() -> None:
         sa.Column("origin", sa.String(120), nullable=False),
         sa.Column("kind", sa.String(20), nullable=False),
         sa.Column("citations", sa.JSON(), nullable=False),
+        sa.Column("scope", sa.JSON(), nullable=False),
         sa.Column("author", sa.String(200), nullable=False),
         sa.Column("said_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("source_url", sa.Text(), nullable=True),
