@@ -32,7 +32,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The demo belongs to the GitHub double's package, which the product never imports.
         os.execv(sys.executable, [sys.executable, "-m", "double.demo"])
     try:
-        settings = Settings.from_env(receiving=args.command not in _OFFLINE)
+        settings = Settings.from_env(
+            receiving=args.command not in _OFFLINE,
+            calling_github=args.command in _CALLING_GITHUB,
+        )
     except SettingsError as error:
         print(f"gaffer: {error}", file=sys.stderr)
         return 2
@@ -172,6 +175,8 @@ def _safe(url: str) -> str:
 
 # Commands that neither take nor work on webhooks: they run without WEBHOOK_SECRET.
 _OFFLINE = frozenset({"cost", "db"})
+# Commands whose processes sign in to GitHub as the App: its id and key are checked first.
+_CALLING_GITHUB = frozenset({"run", "worker"})
 _COMMANDS = {"run": _run, "web": _web, "worker": _worker, "db": _db, "cost": _cost}
 
 

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
+from github import Auth
 from standardwebhooks import Webhook
 
 from bot.jam.report import JamConfigError, parse_routes
+
+T = TypeVar("T")
 
 
 class SettingsError(Exception):
@@ -65,33 +68,97 @@ class Settings:
         return float(every)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, *, receiving: bool = True) -> Settings:
+    def from_env(
+        cls,
+        env: Mapping[str, str] | None = None,
+        *,
+        receiving: bool = True,
+        calling_github: bool = False,
+    ) -> Settings:
         """Build settings from an environment mapping (os.environ by default).
 
         receiving: the process takes webhooks or works on them, so WEBHOOK_SECRET must be
         set; the offline commands (`gaffer cost`, `gaffer db upgrade`) pass False.
+        calling_github: the process talks to GitHub as the App (the workers, `gaffer run`),
+        so APP_ID and a private key that reads as one must be set.
+
+        Every missing or malformed value is named in one SettingsError, before anything
+        starts.
         """
         env = os.environ if env is None else env
+        problems: list[str] = []
+
+        def read(parse: Callable[[], T], fallback: T) -> T:
+            try:
+                return parse()
+            except SettingsError as error:
+                problems.append(str(error))
+                return fallback
+
         home = Path(env.get("GAFFER_HOME", "./.gaffer")).resolve()
         raw_secret = env.get("WEBHOOK_SECRET", "")
-        return cls(
-            webhook_secrets=_secrets(raw_secret) if receiving or raw_secret.strip() else (),
+        settings = cls(
+            webhook_secrets=read(lambda: _secrets(raw_secret), ())
+            if receiving or raw_secret.strip()
+            else (),
             home=home,
             database_url=env.get("DATABASE_URL") or f"sqlite:///{home / 'gaffer.sqlite'}",
             broker_url=env.get("BROKER_URL") or f"sqla+sqlite:///{home / 'broker.sqlite'}",
             github_api_url=env.get("GITHUB_API_URL", "https://api.github.com").rstrip("/"),
-            app_id=env.get("APP_ID") or None,
-            private_key=_private_key(env),
-            port=_whole_number(env, "GAFFER_PORT", 8000, 1, 65535),
+            app_id=env.get("APP_ID", "").strip() or None,
+            private_key=read(lambda: _private_key(env), None),
+            port=read(lambda: _whole_number(env, "GAFFER_PORT", 8000, 1, 65535), 8000),
             default_agent=env.get("GAFFER_DEFAULT_AGENT") or None,
-            server_config=_jam_routes_checked(_server_config(env.get("GAFFER_CONFIG"))),
-            jam_webhook_secret=_jam_secret(env.get("JAM_WEBHOOK_SECRET", "").strip()),
+            server_config=read(
+                lambda: _jam_routes_checked(_server_config(env.get("GAFFER_CONFIG"))), {}
+            ),
+            jam_webhook_secret=read(
+                lambda: _jam_secret(env.get("JAM_WEBHOOK_SECRET", "").strip()), None
+            ),
             jam_token=env.get("JAM_TOKEN", "").strip() or None,
             broker_key_prefix=env.get("GAFFER_BROKER_PREFIX", ""),
             # A heartbeat every third of the lease; under 3 s the beats would crowd the database.
-            lease_seconds=_whole_number(env, "GAFFER_LEASE_SECONDS", 60, 3, 3600),
-            body_seconds=_whole_number(env, "GAFFER_BODY_SECONDS", 10, 1, 60),
+            lease_seconds=read(lambda: _whole_number(env, "GAFFER_LEASE_SECONDS", 60, 3, 3600), 60),
+            body_seconds=read(lambda: _whole_number(env, "GAFFER_BODY_SECONDS", 10, 1, 60), 10),
         )
+        if calling_github:
+            problems += _app_identity_problems(settings, env)
+        if len(problems) == 1:
+            raise SettingsError(problems[0])
+        if problems:
+            listed = "\n".join(f"  - {problem}" for problem in problems)
+            raise SettingsError(f"{len(problems)} settings need fixing:\n{listed}")
+        return settings
+
+
+def _app_identity_problems(settings: Settings, env: Mapping[str, str]) -> list[str]:
+    """What keeps the process from signing in to GitHub as the App."""
+    problems = []
+    if settings.app_id is None:
+        problems.append("APP_ID is not set: the App's numeric id, from its settings page")
+    elif not settings.app_id.isdigit():
+        problems.append(f"APP_ID must be the App's numeric id, not {settings.app_id!r}")
+    if settings.private_key is None:
+        if not env.get("PRIVATE_KEY_PATH"):  # an unreadable path is named already
+            problems.append(
+                "PRIVATE_KEY_PATH (or PRIVATE_KEY) is not set: the App's private key, "
+                "the .pem file GitHub made for it"
+            )
+    elif not _signs(settings.private_key):
+        problems.append(
+            "the private key (PRIVATE_KEY or PRIVATE_KEY_PATH) is not a PEM RSA private key: "
+            "use the .pem file GitHub made for the App"
+        )
+    return problems
+
+
+def _signs(key: str) -> bool:
+    """Tell whether a key can sign the App's tokens."""
+    try:
+        Auth.AppAuth(1, key).create_jwt()
+    except Exception:  # noqa: BLE001 - the libraries raise several kinds for a bad key
+        return False
+    return True
 
 
 def _secrets(raw: str) -> tuple[str, ...]:

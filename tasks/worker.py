@@ -16,7 +16,7 @@ from celery.signals import (
 
 from bot.masking import SecretMask, mask_logs
 from bot.queue import CLEANUP, PROCESS_DELIVERY, RECONCILE, RUN_JOB, make_celery
-from bot.settings import Settings
+from bot.settings import Settings, SettingsError
 from tasks.context import WorkerContext
 from tasks.deliveries import process_delivery, record_failure
 from tasks.isolation.cgroups import unavailable as cgroups_unavailable
@@ -112,7 +112,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--beat", action="store_true", help="also run the periodic scheduler")
     parser.add_argument("--name", default=None)
     args = parser.parse_args(argv)
-    settings = Settings.from_env()
+    try:
+        settings = Settings.from_env(calling_github=True)
+    except SettingsError as error:
+        print(f"gaffer worker: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     if settings.embedded:
         # The SQL transport polls; its default second per poll would dominate a short job.
         from kombu.transport import sqlalchemy

@@ -47,7 +47,7 @@ class Guidance:
         return [each for each in self.lessons if each.needs_look is None]
 
 
-class DefaultBranch:
+class CommitFiles:
     """Files of one commit of the repository's mirror, read once each."""
 
     def __init__(self, mirror: Path, sha: str) -> None:
@@ -76,7 +76,7 @@ class DefaultBranch:
         return meta[2], git(["cat-file", "blob", meta[2]], cwd=self.mirror)
 
 
-def stage_program(tree: DefaultBranch, names: Sequence[str]) -> tuple[str, dict[str, Any]]:
+def stage_program(tree: CommitFiles, names: Sequence[str]) -> tuple[str, dict[str, Any]]:
     """Return the program for a stage and its record. names: the program asked for first,
     then what it falls back to (e.g. expand, plan); the last is always shipped."""
     shipped_name = names[-1]
@@ -103,7 +103,7 @@ def stage_program(tree: DefaultBranch, names: Sequence[str]) -> tuple[str, dict[
     return shipped, record
 
 
-def conventions(tree: DefaultBranch) -> tuple[tuple[tuple[str, str], ...], list[dict[str, str]]]:
+def conventions(tree: CommitFiles) -> tuple[tuple[tuple[str, str], ...], list[dict[str, str]]]:
     """Return the conventions files the repository keeps, and their record."""
     found, record = [], []
     for path in CONVENTIONS:
@@ -118,7 +118,7 @@ def for_planning(
     wctx: WorkerContext, plan: Plan, mirror: Path, head: str, names: Sequence[str], about: str
 ) -> Guidance:
     """Guidance for writing a plan: the lessons that concern the issue, checked at head."""
-    tree = DefaultBranch(mirror, head)
+    tree = CommitFiles(mirror, head)
     with wctx.db.session() as session:
         expire(session, plan.repository_id)
         kept = session.scalars(
@@ -141,11 +141,11 @@ def for_execution(
     """Guidance for working on an approved plan: the program and conventions at its base,
     and the lessons it was planned with that still hold on the default branch's head."""
     with wctx.db.session() as session:
-        lessons = still_holds(planned_with, DefaultBranch(mirror, head).text, session)
-    return _guidance(DefaultBranch(mirror, base), names, lessons)
+        lessons = still_holds(planned_with, CommitFiles(mirror, head).text, session)
+    return _guidance(CommitFiles(mirror, base), names, lessons)
 
 
-def _guidance(tree: DefaultBranch, names: Sequence[str], lessons: Sequence[Offered]) -> Guidance:
+def _guidance(tree: CommitFiles, names: Sequence[str], lessons: Sequence[Offered]) -> Guidance:
     program, program_record = stage_program(tree, names)
     files, files_record = conventions(tree)
     record = {

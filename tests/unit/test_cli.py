@@ -51,3 +51,36 @@ def test_serving_webhooks_still_needs_the_secret(env: dict[str, str]) -> None:
     refused = gaffer("web", env=env)
     assert refused.returncode == 2
     assert refused.stderr.startswith("gaffer: WEBHOOK_SECRET is not set")
+
+
+def test_every_bad_setting_is_named_at_once_before_anything_starts(env: dict[str, str]) -> None:
+    bare = {key: value for key, value in env.items() if key not in {"APP_ID", "PRIVATE_KEY"}}
+    refused = gaffer("run", env={**bare, "GAFFER_PORT": "abc", "GAFFER_LEASE_SECONDS": "1"})
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines() == [
+        "gaffer: 5 settings need fixing:",
+        "  - WEBHOOK_SECRET is not set: gaffer refuses to accept unsigned webhooks. Set it to "
+        "the App's webhook secret (a comma-separated list while rotating).",
+        "  - GAFFER_PORT must be a whole number from 1 to 65535",
+        "  - GAFFER_LEASE_SECONDS must be a whole number from 3 to 3600",
+        "  - APP_ID is not set: the App's numeric id, from its settings page",
+        "  - PRIVATE_KEY_PATH (or PRIVATE_KEY) is not set: the App's private key, the .pem "
+        "file GitHub made for it",
+    ]
+    assert "listening" not in refused.stdout
+    assert not (Path(env["GAFFER_HOME"]) / "gaffer.sqlite").exists()  # nothing was started
+
+
+def test_a_worker_refuses_an_app_key_that_cannot_sign(env: dict[str, str]) -> None:
+    worker = subprocess.run(
+        [sys.executable, "-m", "tasks.worker", "github"],
+        env={**env, "WEBHOOK_SECRET": "s", "APP_ID": "12", "PRIVATE_KEY": "not a key"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert worker.returncode == 2
+    assert worker.stderr.strip() == (
+        "gaffer worker: the private key (PRIVATE_KEY or PRIVATE_KEY_PATH) is not a PEM RSA "
+        "private key: use the .pem file GitHub made for the App"
+    )
