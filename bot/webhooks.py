@@ -33,17 +33,17 @@ def receive_github() -> tuple[Response, int]:
     """Accept one GitHub delivery."""
     body = request.get_data(cache=True)
     if not _signed(body, request.headers.get("X-Hub-Signature-256", "")):
-        return answer("signature missing or wrong", 401)
+        return refuse("signature missing or wrong", 401)
     event = request.headers.get("X-GitHub-Event", "")
     delivery_id = request.headers.get("X-GitHub-Delivery", "")
     if not event or not delivery_id:
-        return answer("X-GitHub-Event and X-GitHub-Delivery are required", 400)
+        return refuse("X-GitHub-Event and X-GitHub-Delivery are required", 400)
     if request.mimetype != "application/json":
-        return answer("the webhook content type must be application/json", 415)
+        return refuse("the webhook content type must be application/json", 415)
     try:
         payload = json_object(body)
     except BodyRefused as refused:
-        return answer(str(refused), 400)
+        return refuse(str(refused), 400)
     if event == "ping":
         return answer("pong", 200)
     if not handles(event, payload.get("action")):
@@ -149,3 +149,19 @@ def publish_delivery(row_id: int) -> None:
 
 def answer(message: str, status: int) -> tuple[Response, int]:
     return jsonify(message=message), status
+
+
+def refuse(message: str, status: int) -> tuple[Response, int]:
+    """Answer a delivery gaffer will not store, and log why, so an operator can tell a
+    wrong secret from a wrong content type. What the sender wrote is quoted, cut short."""
+    headers = request.headers
+    log.warning(
+        "refused a delivery to %s with %d: %s (event %.64r, delivery %.128r, from %s)",
+        request.path,
+        status,
+        message,
+        headers.get("X-GitHub-Event", ""),
+        headers.get("X-GitHub-Delivery") or headers.get("webhook-id", ""),
+        request.remote_addr,
+    )
+    return answer(message, status)

@@ -8,7 +8,7 @@ from standardwebhooks.webhooks import WebhookVerificationError
 from werkzeug.datastructures import Headers
 
 from bot.jam.report import JAM_CREATED
-from bot.webhooks import BodyRefused, answer, json_object, store_and_enqueue
+from bot.webhooks import BodyRefused, answer, json_object, refuse, store_and_enqueue
 
 bp = Blueprint("jam", __name__)
 VERIFIER = "gaffer_jam_webhook"
@@ -29,14 +29,14 @@ def receive_jam() -> tuple[Response, int]:
     body = request.get_data(cache=True)
     headers = _signature_headers(request.headers)
     if headers is None or not _verified(body, headers):
-        return answer("signature missing, wrong or outside the 5 minute window", 401)
+        return refuse("signature missing, wrong or outside the 5 minute window", 401)
     message_id = headers["webhook-id"]
     if len(message_id) > MAX_DELIVERY_ID:
-        return answer("the message id is too long", 400)
+        return refuse("the message id is too long", 400)
     try:
         payload = json_object(body)
     except BodyRefused as refused:
-        return answer(str(refused), 400)
+        return refuse(str(refused), 400)
     if payload.get("type") != JAM_CREATED:
         return answer(f"{payload.get('type')!s:.64} is not handled; ignored", 200)
     # Jam retries a message with the same id for hours: the unique key makes it one row.

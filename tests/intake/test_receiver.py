@@ -14,7 +14,7 @@ from sqlalchemy import func, select, update
 from bot.heartbeats import RECONCILER, SCHEDULER, record_heartbeat
 from bot.models import Delivery, Heartbeat, utcnow
 from tasks.recovery.reconcile import reconcile
-from tests.support import deliver, issue, labeled, repository
+from tests.support import deliver, issue, labeled, repository, sign
 
 PAYLOAD = labeled(repository("octo/widgets", "/nowhere.git"), issue(1))
 
@@ -72,3 +72,23 @@ def test_deliveries_are_counted_per_hook(app, client) -> None:
         deliver(client, "issues", PAYLOAD, delivery_id=f"x-{n}")
     with app.extensions["gaffer_db"].session() as session:
         assert session.scalar(select(func.count()).select_from(Delivery)) == 3
+
+
+def test_a_refused_delivery_is_logged_with_why(app, client, caplog) -> None:
+    caplog.set_level("WARNING", logger="bot.webhooks")
+    wrong = deliver(client, "issues", PAYLOAD, secret="not the secret", delivery_id="d-1")
+    assert wrong.status_code == 401
+    [record] = [r for r in caplog.records if r.name == "bot.webhooks"]
+    assert record.getMessage() == (
+        "refused a delivery to /webhooks/github with 401: signature missing or wrong "
+        "(event 'issues', delivery 'd-1', from 127.0.0.1)"
+    )
+    caplog.clear()
+    body = b'{"a": 1}'
+    headers = {"X-GitHub-Event": "issues", "X-GitHub-Delivery": "d-2\x1b[2J"}
+    headers["X-Hub-Signature-256"] = sign(body)
+    client.post("/webhooks/github", data=body, headers=headers, content_type="text/plain")
+    [record] = [r for r in caplog.records if r.name == "bot.webhooks"]
+    assert "with 415: the webhook content type must be application/json" in record.getMessage()
+    # What the sender wrote is quoted: a terminal escape reaches the log as text.
+    assert "delivery 'd-2\\x1b[2J'" in record.getMessage()
