@@ -8,11 +8,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from flask import Flask, Response, current_app, jsonify
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from sqlalchemy.exc import SQLAlchemyError
 
 from bot.db import Database
 from bot.heartbeats import RECONCILER, SCHEDULER, last_heartbeats
 from bot.masking import SecretMask, mask_logs
+from bot.metrics import GafferCollector
 from bot.models import utcnow
 from bot.queue import make_celery
 from bot.settings import Settings
@@ -40,7 +42,17 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> Flask:
         receiver.init_app(app, settings.jam_webhook_secret)
     app.add_url_rule("/healthz", "healthz", _healthz)
     app.add_url_rule("/readyz", "readyz", _readyz)
+    metrics = CollectorRegistry(auto_describe=False)  # nothing is read until a scrape
+    metrics.register(GafferCollector(app.extensions["gaffer_db"]))
+    app.extensions["gaffer_metrics"] = metrics
+    app.add_url_rule("/metrics", "metrics", _metrics)
     return app
+
+
+def _metrics() -> Response:
+    """What gaffer did and holds, for Prometheus, read from the database (bot/metrics.py)."""
+    text = generate_latest(current_app.extensions["gaffer_metrics"])
+    return Response(text, mimetype=CONTENT_TYPE_LATEST)
 
 
 def _healthz() -> tuple[Response, int]:
