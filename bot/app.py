@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from flask import Flask, Response, current_app, jsonify
@@ -12,10 +12,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from sqlalchemy.exc import SQLAlchemyError
 
 from bot.db import Database
-from bot.heartbeats import RECONCILER, SCHEDULER, last_heartbeats
+from bot.heartbeats import RECONCILER, SCHEDULER, last_heartbeats, punctuality
 from bot.masking import SecretMask, mask_logs
 from bot.metrics import GafferCollector
-from bot.models import utcnow
 from bot.queue import make_celery
 from bot.settings import Settings
 
@@ -90,17 +89,11 @@ def _heartbeats() -> dict[str, datetime] | None:
 def _background(beats: dict[str, datetime]) -> dict[str, str | None]:
     """When beat and the reconciler last ran, and whether that is on time, late or never."""
     settings = current_app.config["GAFFER"]
-    allowed = timedelta(seconds=max(3 * settings.reconcile_every_s, 180))
-    now = utcnow()
-    shown: dict[str, str | None] = {
+    return {
         "scheduler_last_tick": _iso(beats.get(SCHEDULER)),
         "reconciler_last_pass": _iso(beats.get(RECONCILER)),
+        **punctuality(beats, settings.reconcile_every_s),
     }
-    for name in (SCHEDULER, RECONCILER):
-        last = beats.get(name)
-        # Never: no worker with --beat has run since the database was made, or it cannot run.
-        shown[name] = "never ran" if last is None else "late" if now - last > allowed else "on time"
-    return shown
 
 
 def _iso(moment: datetime | None) -> str | None:

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from bot.db import without_password
 from bot.settings import Settings, SettingsError
 
 
@@ -20,6 +21,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands.add_parser("run", help="migrate, then start web, workers and beat together")
     commands.add_parser("web", help="serve the webhook receiver with gunicorn")
     commands.add_parser("demo", help="the whole lifecycle locally, against a GitHub double")
+    commands.add_parser("doctor", help="check settings, database, broker, GitHub, sandbox, agents")
     worker = commands.add_parser("worker", help="run a Celery worker")
     worker.add_argument("queues", nargs="?", default="github,agent")
     worker.add_argument("--concurrency", default="2")
@@ -31,6 +33,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         # The demo belongs to the GitHub double's package, which the product never imports.
         os.execv(sys.executable, [sys.executable, "-m", "double.demo"])
+    if args.command == "doctor":
+        # The doctor looks at the workers' side too (sandbox, agents): it lives in tasks/.
+        os.execv(sys.executable, [sys.executable, "-m", "tasks.doctor"])
     try:
         settings = Settings.from_env(
             receiving=args.command not in _OFFLINE,
@@ -46,7 +51,7 @@ def _db(settings: Settings, _args: argparse.Namespace) -> int:
     from bot.migrate import upgrade
 
     upgrade(settings.database_url)
-    print(f"gaffer: database at {_safe(settings.database_url)} is up to date")
+    print(f"gaffer: database at {without_password(settings.database_url)} is up to date")
     return 0
 
 
@@ -60,8 +65,8 @@ def _cost(settings: Settings, _args: argparse.Namespace) -> int:
     try:
         if not inspect(database.engine).has_table("jobs"):
             print(
-                f"gaffer: the database at {_safe(settings.database_url)} has no gaffer tables "
-                "yet; run `gaffer db upgrade` (`gaffer run` does it on start)",
+                f"gaffer: the database at {without_password(settings.database_url)} has no "
+                "gaffer tables yet; run `gaffer db upgrade` (`gaffer run` does it on start)",
                 file=sys.stderr,
             )
             return 1
@@ -163,14 +168,6 @@ def gunicorn_argv(bind: str, workers: int, app: str = "bot.asgi:create_asgi_app(
         "--no-control-socket",
         app,
     ]
-
-
-def _safe(url: str) -> str:
-    # Never print a password that a DATABASE_URL may carry.
-    if "@" not in url:
-        return url
-    scheme, rest = url.split("://", 1)
-    return f"{scheme}://…@{rest.split('@', 1)[1]}"
 
 
 # Commands that neither take nor work on webhooks: they run without WEBHOOK_SECRET.

@@ -67,3 +67,11 @@ def insert_missing(session: Session, model: type[Any], **values: Any) -> None:
     """
     dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
     session.execute(dialect.insert(model).values(**values).on_conflict_do_nothing())
+
+
+def without_password(url: str) -> str:
+    """Return a database or broker URL fit to print: any password in it left out."""
+    if "@" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://…@{rest.split('@', 1)[1]}"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
@@ -31,3 +31,16 @@ def last_heartbeats(db: Database) -> dict[str, datetime]:
     with db.session() as session:
         rows = session.execute(select(Heartbeat.name, Heartbeat.at)).all()
     return {name: aware(at) for name, at in rows}
+
+
+def punctuality(beats: dict[str, datetime], reconcile_every_s: float) -> dict[str, str]:
+    """Say of beat and the reconciler whether each is on time, late or never ran: on time
+    means it ran within three reconciler intervals, at least three minutes."""
+    allowed = timedelta(seconds=max(3 * reconcile_every_s, 180))
+    now = utcnow()
+    shown = {}
+    for name in (SCHEDULER, RECONCILER):
+        last = beats.get(name)
+        # Never: no worker with --beat has run since the database was made, or it cannot run.
+        shown[name] = "never ran" if last is None else "late" if now - last > allowed else "on time"
+    return shown

@@ -1027,7 +1027,8 @@ REPO = "/repos/<owner>/<repo>"
 
 @bp.get("/app")
 def get_app() -> ResponseReturnValue:
-    """GET /app."""
+    """GET /app: only the App itself (its JWT) may ask."""
+    _require_app_jwt()
     return jsonify(_render().app())
 
 
