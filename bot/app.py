@@ -32,9 +32,10 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> Flask:
     loggers = [logging.getLogger(), app.logger, logging.getLogger("gunicorn.error")]
     mask_logs(app.extensions["gaffer_mask"], loggers)
 
-    from bot import webhooks
+    from bot import api, webhooks
 
     app.register_blueprint(webhooks.bp)
+    app.register_blueprint(api.bp)
     if settings.jam_webhook_secret:  # no secret, no route: unsigned Jam reports are never read
         from bot.jam import receiver
 

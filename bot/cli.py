@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from bot import operator_cli
 from bot.db import without_password
 from bot.settings import Settings, SettingsError
 
@@ -26,7 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker.add_argument("queues", nargs="?", default="github,agent")
     worker.add_argument("--concurrency", default="2")
     worker.add_argument("--beat", action="store_true")
-    commands.add_parser("cost", help="what agents cost: by repository, stage, day, merged PR")
+    operator_cli.add_parsers(commands)
     db = commands.add_parser("db", help="database commands")
     db.add_argument("action", choices=["upgrade"])
     args = parser.parse_args(argv)
@@ -52,28 +53,6 @@ def _db(settings: Settings, _args: argparse.Namespace) -> int:
 
     upgrade(settings.database_url)
     print(f"gaffer: database at {without_password(settings.database_url)} is up to date")
-    return 0
-
-
-def _cost(settings: Settings, _args: argparse.Namespace) -> int:
-    from sqlalchemy import inspect
-
-    from bot.cost_report import cost_report
-    from bot.db import Database
-
-    database = Database(settings.database_url)
-    try:
-        if not inspect(database.engine).has_table("jobs"):
-            print(
-                f"gaffer: the database at {without_password(settings.database_url)} has no "
-                "gaffer tables yet; run `gaffer db upgrade` (`gaffer run` does it on start)",
-                file=sys.stderr,
-            )
-            return 1
-        with database.session() as session:
-            print(cost_report(session))
-    finally:
-        database.dispose()
     return 0
 
 
@@ -171,10 +150,16 @@ def gunicorn_argv(bind: str, workers: int, app: str = "bot.asgi:create_asgi_app(
 
 
 # Commands that neither take nor work on webhooks: they run without WEBHOOK_SECRET.
-_OFFLINE = frozenset({"cost", "db"})
+_OFFLINE = frozenset({"db", *operator_cli.COMMANDS})
 # Commands whose processes sign in to GitHub as the App: its id and key are checked first.
 _CALLING_GITHUB = frozenset({"run", "worker"})
-_COMMANDS = {"run": _run, "web": _web, "worker": _worker, "db": _db, "cost": _cost}
+_COMMANDS = {
+    "run": _run,
+    "web": _web,
+    "worker": _worker,
+    "db": _db,
+    **dict.fromkeys(operator_cli.COMMANDS, operator_cli.run),
+}
 
 
 if __name__ == "__main__":

@@ -83,6 +83,7 @@ def settings_secrets(settings: Settings) -> list[str]:
     jam = settings.jam_webhook_secret or ""
     return [
         *settings.webhook_secrets,
+        *settings.api_tokens,
         *pem_body_lines(settings.private_key or ""),
         jam,
         jam.removeprefix("whsec_"),  # Jam signs with the key after the prefix

@@ -43,6 +43,8 @@ class Settings:
     jam_token: str | None = None
     # How long a job stays a worker's without a heartbeat (one beat every third of it).
     lease_seconds: int = 60
+    # Bearer tokens the REST API (bot/api.py) accepts; none: the API is off.
+    api_tokens: tuple[str, ...] = ()
     # How long the web front waits for a request's whole body (bot/asgi.py). GitHub gives
     # up on a delivery after 10 s, so a body slower than that is never one of GitHub's.
     body_seconds: int = 10
@@ -120,6 +122,7 @@ class Settings:
             # A heartbeat every third of the lease; under 3 s the beats would crowd the database.
             lease_seconds=read(lambda: _whole_number(env, "GAFFER_LEASE_SECONDS", 60, 3, 3600), 60),
             body_seconds=read(lambda: _whole_number(env, "GAFFER_BODY_SECONDS", 10, 1, 60), 10),
+            api_tokens=read(lambda: _api_tokens(env.get("GAFFER_API_TOKENS", "")), ()),
         )
         if calling_github:
             problems += _app_identity_problems(settings, env)
@@ -159,6 +162,13 @@ def _signs(key: str) -> bool:
     except Exception:  # noqa: BLE001 - the libraries raise several kinds for a bad key
         return False
     return True
+
+
+def _api_tokens(raw: str) -> tuple[str, ...]:
+    tokens = tuple(token.strip() for token in raw.split(",") if token.strip())
+    if any(len(token) < 20 for token in tokens):
+        raise SettingsError("GAFFER_API_TOKENS must hold tokens of at least 20 characters")
+    return tokens
 
 
 def _secrets(raw: str) -> tuple[str, ...]:

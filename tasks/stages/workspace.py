@@ -10,12 +10,13 @@ from bot.memory import Offered
 from bot.models import Job, Plan
 from bot.repo_config import RepoConfig
 from bot.snapshots import Snapshot
+from bot.views import job_folder
 from tasks.context import WorkerContext
 
 
 def job_dir(wctx: WorkerContext, job: Job) -> Path:
     """Return the folder that keeps one job's prompt and logs."""
-    path = wctx.settings.home / "jobs" / str(job.plan_id) / f"{job.id}-{job.stage}"
+    path = job_folder(wctx.settings.home, job)
     path.mkdir(parents=True, exist_ok=True)
     return path
 

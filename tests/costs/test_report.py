@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from bot.cost_report import cost_report
+from bot.cost_report import cost_report, cost_totals
 from bot.models import Job, Plan, PlanState, Repository
 
 
@@ -39,7 +39,7 @@ def test_cost_report_totals_and_cost_per_merged_pr(app) -> None:
         _plan(session, 2, PlanState.REJECTED, ("plan", "1.00"))
         _plan(session, 3, PlanState.DRAFT, ("plan", "0.25"))
     with app.extensions["gaffer_db"].session() as session:
-        report = cost_report(session)
+        report = cost_report(cost_totals(session))
     assert "acme/widgets" in report and "$      3.2500" in report
     assert "execute" in report and "$      1.5000" in report
     assert "merged PRs: 1" in report
