@@ -68,16 +68,28 @@ def _healthz() -> tuple[Response, int]:
 
 
 def _readyz() -> tuple[Response, int]:
-    """Say whether all of gaffer runs: the database answers and beat and the reconciler are on
-    time (each ran within three reconciler intervals, at least three minutes). 503 says why."""
+    """Say whether all of gaffer runs: the database and the broker answer, and beat and the
+    reconciler are on time (each ran within three reconciler intervals, at least three
+    minutes). 503 says why."""
     beats = _heartbeats()
     if beats is None:
         return jsonify(status="the database is unreachable"), 503
+    if not _broker_answers():
+        return jsonify(status="the broker is unreachable"), 503
     background = _background(beats)
     late = [name for name in (SCHEDULER, RECONCILER) if background[name] != "on time"]
     if late:
         return jsonify(status=f"not ready: {', '.join(late)} not on time", **background), 503
     return jsonify(status="ok", **background), 200
+
+
+def _broker_answers() -> bool:
+    try:
+        with current_app.extensions["gaffer_celery"].connection_for_write() as connection:
+            connection.ensure_connection(max_retries=1, timeout=2)
+    except Exception:  # noqa: BLE001 - each transport fails in its own way
+        return False
+    return True
 
 
 def _heartbeats() -> dict[str, datetime] | None:

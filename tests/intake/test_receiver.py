@@ -52,6 +52,14 @@ def test_ready_when_beat_and_the_reconciler_ran_lately_and_not_when_they_are_lat
     assert client.get("/healthz").status_code == 200  # the web part itself is alive
 
 
+def test_not_ready_while_the_broker_cannot_be_reached(make_app, settings) -> None:
+    away = make_app(dataclasses.replace(settings, broker_url="redis://127.0.0.1:1/0"))
+    record_heartbeat(away.extensions["gaffer_db"], SCHEDULER)
+    record_heartbeat(away.extensions["gaffer_db"], RECONCILER)
+    ready = away.test_client().get("/readyz")
+    assert (ready.status_code, ready.get_json()) == (503, {"status": "the broker is unreachable"})
+
+
 def test_health_check_shows_the_reconcilers_last_pass(client, wctx) -> None:
     before = utcnow()
     reconcile(wctx)
