@@ -13,6 +13,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from bot.db import Database
 from bot.heartbeats import RECONCILER, SCHEDULER, last_heartbeats, punctuality
+from bot.logs import structure_logs
 from bot.masking import SecretMask, mask_logs
 from bot.metrics import GafferCollector
 from bot.queue import make_celery
@@ -31,6 +32,7 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> Flask:
     # failed request through its own logger, and gunicorn through its error logger.
     loggers = [logging.getLogger(), app.logger, logging.getLogger("gunicorn.error")]
     mask_logs(app.extensions["gaffer_mask"], loggers)
+    structure_logs(loggers, json_lines=settings.log_format == "json")
 
     from bot import api, webhooks
 

@@ -43,6 +43,8 @@ class Settings:
     jam_token: str | None = None
     # How long a job stays a worker's without a heartbeat (one beat every third of it).
     lease_seconds: int = 60
+    # `json`: one JSON object per log line, with the delivery, plan and job ids (bot/logs.py).
+    log_format: str = "text"
     # Bearer tokens the REST API (bot/api.py) accepts; none: the API is off.
     api_tokens: tuple[str, ...] = ()
     # How long the web front waits for a request's whole body (bot/asgi.py). GitHub gives
@@ -123,6 +125,7 @@ class Settings:
             lease_seconds=read(lambda: _whole_number(env, "GAFFER_LEASE_SECONDS", 60, 3, 3600), 60),
             body_seconds=read(lambda: _whole_number(env, "GAFFER_BODY_SECONDS", 10, 1, 60), 10),
             api_tokens=read(lambda: _api_tokens(env.get("GAFFER_API_TOKENS", "")), ()),
+            log_format=read(lambda: _log_format(env.get("GAFFER_LOG_FORMAT", "text")), "text"),
         )
         if calling_github:
             problems += _app_identity_problems(settings, env)
@@ -162,6 +165,12 @@ def _signs(key: str) -> bool:
     except Exception:  # noqa: BLE001 - the libraries raise several kinds for a bad key
         return False
     return True
+
+
+def _log_format(raw: str) -> str:
+    if raw.strip().lower() not in ("text", "json"):
+        raise SettingsError(f"GAFFER_LOG_FORMAT must be text or json, not {raw!r}")
+    return raw.strip().lower()
 
 
 def _api_tokens(raw: str) -> tuple[str, ...]:

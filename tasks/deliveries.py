@@ -8,6 +8,7 @@ import logging
 from bot.context import Asker, Context, Facts
 from bot.handlers.installations import InstallationUnknown
 from bot.handlers.routes import dispatch, gather
+from bot.logs import about
 from bot.models import Delivery, utcnow
 from tasks.context import WorkerContext
 from tasks.installations import discover_installation
@@ -27,7 +28,8 @@ def process_delivery(wctx: WorkerContext, *, delivery_id: int) -> None:
     looked_up: frozenset[str] = frozenset()
     while True:
         try:
-            return _handle(wctx, delivery_id, looked_up)
+            with about(delivery=delivery_id):
+                return _handle(wctx, delivery_id, looked_up)
         except InstallationUnknown as unknown:
             name = unknown.full_name.lower()
             if name in looked_up:
@@ -72,6 +74,7 @@ def _handle(wctx: WorkerContext, delivery_id: int, looked_up: frozenset[str]) ->
         dispatch(ctx, row.event, payload)
     for effect in ctx.effects:
         effect()
+    log.info("delivery %s (%s %s) handled", delivery_id, event, payload.get("action") or "")
 
 
 def record_failure(wctx: WorkerContext, delivery_id: int, error: BaseException) -> None:

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Callable
 from datetime import timedelta
 
+from bot.logs import about
 from bot.models import Job, JobState, Stage
 from tasks.context import WorkerContext
 from tasks.leases import Heartbeat, claim, finish
@@ -34,15 +35,24 @@ def run_job(wctx: WorkerContext, *, job_id: int) -> None:
         return
     with wctx.db.session() as session:
         job = session.get_one(Job, job_id)
+    with about(plan=job.plan_id, job=job_id):
+        _run(wctx, job, lease)
+
+
+def _run(wctx: WorkerContext, job: Job, lease: timedelta) -> None:
     stage = STAGES.get(job.stage)
     if stage is None:
-        finish(wctx.db, job_id, wctx.worker_id, JobState.FAILED, f"no stage {job.stage!r}")
+        finish(wctx.db, job.id, wctx.worker_id, JobState.FAILED, f"no stage {job.stage!r}")
         return
-    with Heartbeat(wctx.db, job_id, wctx.worker_id, lease):
+    log.info("job %s (%s) started", job.id, job.stage)
+    with Heartbeat(wctx.db, job.id, wctx.worker_id, lease):
         try:
             stage(wctx, job)
         except Exception as error:
             finish(
-                wctx.db, job_id, wctx.worker_id, JobState.FAILED, f"{type(error).__name__}: {error}"
+                wctx.db, job.id, wctx.worker_id, JobState.FAILED, f"{type(error).__name__}: {error}"
             )
             raise
+    with wctx.db.session() as session:
+        ended = session.get_one(Job, job.id)
+        log.info("job %s (%s) ended %s", job.id, job.stage, ended.state.value)

@@ -14,6 +14,7 @@ from celery.signals import (
     worker_shutdown,
 )
 
+from bot.logs import structure_logs
 from bot.masking import SecretMask, mask_logs
 from bot.queue import CLEANUP, PROCESS_DELIVERY, RECONCILE, RUN_JOB, make_celery
 from bot.settings import Settings, SettingsError
@@ -34,7 +35,7 @@ def create_worker(settings: Settings) -> Celery:
     """Return a Celery app with every gaffer task bound to one worker context."""
     celery = make_celery(settings)
     wctx = WorkerContext.build(settings, celery)
-    _mask_logs(wctx.mask)
+    _set_up_logs(wctx.mask, json_lines=settings.log_format == "json")
     _say_how_runs_are_isolated(wctx.sandbox)
 
     @celery.task(name=PROCESS_DELIVERY, bind=True, max_retries=5)
@@ -64,13 +65,19 @@ def create_worker(settings: Settings) -> Celery:
     return celery
 
 
-def _mask_logs(mask: SecretMask) -> None:
-    """Mask every log record the worker writes, with the handlers Celery sets up later too."""
-    mask_logs(mask, [logging.getLogger()])
+def _set_up_logs(mask: SecretMask, *, json_lines: bool) -> None:
+    """Mask every log record the worker writes and mark it with the delivery, plan and job
+    it is about (as JSON lines when asked), with the handlers Celery sets up later too."""
+
+    def set_up(logger: logging.Logger) -> None:
+        mask_logs(mask, [logger])
+        structure_logs([logger], json_lines=json_lines)
+
+    set_up(logging.getLogger())
     # Celery replaces the root logger's handlers when the worker starts, and gives the task
     # logger its own: each signal hands over the logger it has just set up.
     for configured in (after_setup_logger, after_setup_task_logger):
-        configured.connect(lambda logger, **_: mask_logs(mask, [logger]), weak=False)
+        configured.connect(lambda logger, **_: set_up(logger), weak=False)
 
 
 def _say_how_runs_are_isolated(sandbox: Sandbox) -> None:
