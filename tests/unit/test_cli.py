@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from double.driver import wait_for
+from tests.support import WebProcess
 
 
 def gaffer(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -84,3 +88,20 @@ def test_a_worker_refuses_an_app_key_that_cannot_sign(env: dict[str, str]) -> No
         "gaffer worker: the private key (PRIVATE_KEY or PRIVATE_KEY_PATH) is not a PEM RSA "
         "private key: use the .pem file GitHub made for the App"
     )
+
+
+def test_ctrl_c_stops_gaffer_run_cleanly(env: dict[str, str], tmp_path: Path, private_key) -> None:
+    """Ctrl-C in a terminal sends SIGINT to gaffer and every child: all stop, no traceback."""
+    key = tmp_path / "app.pem"
+    key.write_text(private_key)
+    running = WebProcess.start(
+        {**env, "WEBHOOK_SECRET": "s", "APP_ID": "1", "PRIVATE_KEY_PATH": str(key)},
+        tmp_path / "run.log",
+        command="run",
+    )
+    wait_for(lambda: "agent@" in running.log_path.read_text(), what="the workers to start")
+    os.killpg(running.process.pid, signal.SIGINT)
+    assert running.process.wait(timeout=30) == 0
+    log = running.log_path.read_text()
+    assert "Traceback" not in log
+    assert "Shutting down: Master" in log  # the web front stopped on its own, not killed
