@@ -153,8 +153,11 @@ def verdict_for(stage: str, attempts: int, state: PlanState) -> Verdict:
     return Verdict.FAIL
 
 
-def recover_dead_jobs(wctx: WorkerContext, queued_stale: timedelta = QUEUED_STALE) -> int:
-    """Resume or fail jobs whose worker died, and resend queued jobs nobody took."""
+def recover_dead_jobs(wctx: WorkerContext, queued_stale: timedelta | None = None) -> int:
+    """Resume or fail jobs whose worker died, and resend queued jobs nobody took within
+    queued_stale (`job_stale_s`, QUEUED_STALE by default): the broker may have lost them."""
+    if queued_stale is None:
+        queued_stale = timedelta(seconds=wctx.setting("job_stale_s", QUEUED_STALE.total_seconds()))
     resent = _resend_waiting_jobs(wctx, queued_stale)
     now = utcnow()
     with wctx.db.session() as session:

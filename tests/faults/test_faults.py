@@ -276,7 +276,7 @@ def test_redis_killed_mid_burst_every_delivery_is_planned_once(
     one draft plan and one status comment.
     """
     server_config.write_text(
-        server_config.read_text() + "reconcile_every_s: 2\ndelivery_stale_s: 4\n"
+        server_config.read_text() + "reconcile_every_s: 2\ndelivery_stale_s: 4\njob_stale_s: 4\n"
     )
     with private_redis(tmp_path / "redis") as redis_server:
         env = {
