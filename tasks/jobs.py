@@ -54,5 +54,6 @@ def _run(wctx: WorkerContext, job: Job, lease: timedelta) -> None:
             )
             raise
     with wctx.db.session() as session:
-        ended = session.get_one(Job, job.id)
-        log.info("job %s (%s) ended %s", job.id, job.stage, ended.state.value)
+        ended = session.get(Job, job.id)  # gone with its plan when GitHub no longer asks for it
+        state = ended.state.value if ended else "with its plan dropped"
+        log.info("job %s (%s) ended %s", job.id, job.stage, state)
