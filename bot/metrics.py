@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from decimal import Decimal
+from typing import Any
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -64,14 +65,7 @@ def _deliveries(session: Session) -> Iterator[Metric]:
         "Webhook deliveries stored, by event and outcome (processed, failing, waiting)",
         labels=["source", "event", "outcome"],
     )
-    rows = session.execute(
-        select(Delivery.source, Delivery.event, outcome, func.count()).group_by(
-            Delivery.source, Delivery.event, outcome
-        )
-    )
-    for source, event, state, count in rows:
-        family.add_metric([source, event, state], count)
-    yield family
+    yield _counted(session, family, Delivery.source, Delivery.event, outcome)
 
 
 def _commands(session: Session) -> Metric:
@@ -81,14 +75,7 @@ def _commands(session: Session) -> Metric:
         labels=["command", "outcome"],
     )
     outcome = func.coalesce(CommandReceipt.outcome, "done")
-    rows = session.execute(
-        select(CommandReceipt.command, outcome, func.count()).group_by(
-            CommandReceipt.command, outcome
-        )
-    )
-    for command, state, count in rows:
-        family.add_metric([command, state], count)
-    return family
+    return _counted(session, family, CommandReceipt.command, outcome)
 
 
 def _transitions(session: Session) -> Metric:
@@ -97,13 +84,19 @@ def _transitions(session: Session) -> Metric:
         "Plan state changes, by the state left and the state entered",
         labels=["from_state", "to_state"],
     )
-    rows = session.execute(
-        select(AuditEvent.from_state, AuditEvent.to_state, func.count())
-        .where(AuditEvent.to_state.is_not(None))
-        .group_by(AuditEvent.from_state, AuditEvent.to_state)
-    )
-    for left, entered, count in rows:
-        family.add_metric([left or "", entered or ""], count)
+    entered = AuditEvent.to_state.is_not(None)
+    return _counted(session, family, AuditEvent.from_state, AuditEvent.to_state, where=entered)
+
+
+def _counted(
+    session: Session, family: CounterMetricFamily, *columns: Any, where: Any = None
+) -> CounterMetricFamily:
+    """Add to family the number of rows for each combination of the columns' values."""
+    query = select(*columns, func.count()).group_by(*columns)
+    if where is not None:
+        query = query.where(where)
+    for *values, count in session.execute(query):
+        family.add_metric(["" if value is None else str(value) for value in values], count)
     return family
 
 
@@ -197,8 +190,4 @@ def _checks(session: Session) -> Metric:
         labels=["check", "conclusion"],
     )
     conclusion = func.coalesce(CheckResult.conclusion, "pending")
-    for name, state, count in session.execute(
-        select(CheckResult.name, conclusion, func.count()).group_by(CheckResult.name, conclusion)
-    ):
-        family.add_metric([name, state], count)
-    return family
+    return _counted(session, family, CheckResult.name, conclusion)
