@@ -29,6 +29,8 @@ class Settings:
     database_url: str
     broker_url: str
     github_api_url: str = "https://api.github.com"
+    # Where people sign in and Apps are created: github.com, or a GitHub Enterprise host.
+    github_web_url: str = "https://github.com"
     app_id: str | None = None
     private_key: str | None = None
     port: int = 8000
@@ -109,6 +111,7 @@ class Settings:
             database_url=env.get("DATABASE_URL") or f"sqlite:///{home / 'gaffer.sqlite'}",
             broker_url=env.get("BROKER_URL") or f"sqla+sqlite:///{home / 'broker.sqlite'}",
             github_api_url=env.get("GITHUB_API_URL", "https://api.github.com").rstrip("/"),
+            github_web_url=env.get("GITHUB_WEB_URL", "https://github.com").rstrip("/"),
             app_id=env.get("APP_ID", "").strip() or None,
             private_key=read(lambda: _private_key(env), None),
             port=read(lambda: _whole_number(env, "GAFFER_PORT", 8000, 1, 65535), 8000),

@@ -38,6 +38,24 @@ APP_ID = 4242
 INSTALLATION_ID = 77
 REPO = "octo/widgets"
 TITLE = "Widgets overflow the sidebar"
+LOG_TAIL = 6000
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    """A failed test's report carries the tail of every process log it kept in tmp_path.
+
+    Workers, `gaffer web` and the redis under test write there; a timeout on CI is then
+    read from the report instead of guessed at.
+    """
+    outcome = yield
+    report = outcome.get_result()
+    tmp_path = getattr(item, "funcargs", {}).get("tmp_path")
+    if report.when != "call" or not report.failed or tmp_path is None:
+        return
+    for log in sorted(Path(tmp_path).glob("**/*.log")):
+        text = log.read_text(errors="replace")
+        report.sections.append((f"log {log.relative_to(tmp_path)}", text[-LOG_TAIL:]))
 
 
 @pytest.fixture(scope="session")
