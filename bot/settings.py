@@ -114,7 +114,8 @@ class Settings:
             github_web_url=env.get("GITHUB_WEB_URL", "https://github.com").rstrip("/"),
             app_id=env.get("APP_ID", "").strip() or None,
             private_key=read(lambda: _private_key(env), None),
-            port=read(lambda: _whole_number(env, "GAFFER_PORT", 8000, 1, 65535), 8000),
+            # Platforms and container runtimes that choose the port name it PORT.
+            port=read(lambda: _whole_number(env, _port_variable(env), 8000, 1, 65535), 8000),
             default_agent=env.get("GAFFER_DEFAULT_AGENT") or None,
             server_config=read(
                 lambda: _jam_routes_checked(_server_config(env.get("GAFFER_CONFIG"))), {}
@@ -191,6 +192,10 @@ def _secrets(raw: str) -> tuple[str, ...]:
             "Set it to the App's webhook secret (a comma-separated list while rotating)."
         )
     return secrets
+
+
+def _port_variable(env: Mapping[str, str]) -> str:
+    return "GAFFER_PORT" if "GAFFER_PORT" in env or "PORT" not in env else "PORT"
 
 
 def _whole_number(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
