@@ -52,6 +52,12 @@ class Settings:
     # How long the web front waits for a request's whole body (bot/asgi.py). GitHub gives
     # up on a delivery after 10 s, so a body slower than that is never one of GitHub's.
     body_seconds: int = 10
+    # The App's OAuth client: people sign in to the dashboard with it (bot/dashboard).
+    # Without both, the dashboard says how to turn it on.
+    github_client_id: str | None = None
+    github_client_secret: str | None = None
+    # Signs the dashboard's session cookie; derived from the client secret when unset.
+    session_secret: str | None = None
 
     @property
     def embedded(self) -> bool:
@@ -130,6 +136,9 @@ class Settings:
             body_seconds=read(lambda: _whole_number(env, "GAFFER_BODY_SECONDS", 10, 1, 60), 10),
             api_tokens=read(lambda: _api_tokens(env.get("GAFFER_API_TOKENS", "")), ()),
             log_format=read(lambda: _log_format(env.get("GAFFER_LOG_FORMAT", "text")), "text"),
+            github_client_id=env.get("GITHUB_CLIENT_ID", "").strip() or None,
+            github_client_secret=env.get("GITHUB_CLIENT_SECRET", "").strip() or None,
+            session_secret=env.get("GAFFER_SESSION_SECRET", "").strip() or None,
         )
         if calling_github:
             problems += _app_identity_problems(settings, env)
