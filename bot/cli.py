@@ -9,6 +9,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
+
+from dotenv import load_dotenv
 
 from bot import operator_cli
 from bot.db import without_password
@@ -17,6 +20,8 @@ from bot.settings import Settings, SettingsError
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the command line and run the chosen command."""
+    # The settings `gaffer setup` wrote, read as written; the environment's own values win.
+    load_dotenv(Path.cwd() / ".env", override=False, interpolate=False, encoding="utf-8")
     parser = argparse.ArgumentParser(prog="gaffer", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("run", help="migrate, then start web, workers and beat together")
