@@ -35,9 +35,11 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> Flask:
     structure_logs(loggers, json_lines=settings.log_format == "json")
 
     from bot import api, webhooks
+    from bot.dashboard import pages as dashboard
 
     app.register_blueprint(webhooks.bp)
     app.register_blueprint(api.bp)
+    dashboard.init_app(app, settings)
     if settings.jam_webhook_secret:  # no secret, no route: unsigned Jam reports are never read
         from bot.jam import receiver
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -62,9 +62,14 @@ class CostTotals:
 
 
 def cost_totals(
-    session: Session, *, since: datetime | None = None, repository: str | None = None
+    session: Session,
+    *,
+    since: datetime | None = None,
+    repository: str | None = None,
+    repositories: Collection[str] | None = None,
 ) -> CostTotals:
-    """Sum what the jobs cost: those created since a time, of one repository when given."""
+    """Sum what the jobs cost: those created since a time, of one repository or of some
+    (lower-case owner/name) when given."""
     query = (
         select(Job, Plan, Repository.full_name)
         .join(Plan, Plan.id == Job.plan_id)
@@ -74,6 +79,8 @@ def cost_totals(
         query = query.where(Job.created_at >= since)
     if repository is not None:
         query = query.where(func.lower(Repository.full_name) == repository.lower())
+    if repositories is not None:
+        query = query.where(func.lower(Repository.full_name).in_(repositories))
     rows = session.execute(query).all()
     by_plan: dict[int, tuple[PlanState, Decimal]] = {}
     for job, plan, _name in rows:

@@ -12,6 +12,7 @@ from sqlalchemy import (
     BigInteger,
     DateTime,
     Enum,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -19,6 +20,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -241,6 +243,8 @@ class Job(Base):
     cost_source: Mapped[str | None] = mapped_column(String(20))
     # Set while the job waits for a provider's quota to reset.
     parked_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Seconds the job was set to wait on quotas and budgets, summed over its parkings.
+    parked_s: Mapped[float] = mapped_column(Float, default=0.0, server_default=text("0"))
     error: Mapped[str | None] = mapped_column(Text)
     log_path: Mapped[str | None] = mapped_column(Text)
     # The stage program the job asks for (expand, split…), when not the stage's own.

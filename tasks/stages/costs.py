@@ -84,6 +84,7 @@ def _park(wctx: WorkerContext, job_id: int, until: datetime, reason: str) -> boo
             .values(
                 state=JobState.QUEUED,
                 parked_until=until,
+                parked_s=Job.parked_s + max((until - utcnow()).total_seconds(), 0.0),
                 # Waiting is not a try: only a worker lost mid-job counts toward giving up.
                 attempts=Job.attempts - 1,
                 lease_owner=None,
