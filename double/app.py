@@ -20,7 +20,7 @@ from flask import Blueprint, Flask, Response, current_app, g, jsonify, request
 from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
 
-from . import contract
+from . import contract, web
 
 APP_EVENTS = [
     "issues",
@@ -344,6 +344,28 @@ class GitHubJson:
             "events": APP_EVENTS,
         }
 
+    def manifest_app(self, app: web.ManifestApp) -> dict[str, Any]:
+        """Render an App made from a manifest, with what its code hands over once."""
+        manifest = app.manifest
+        return {
+            "id": app.id,
+            "slug": app.slug,
+            "node_id": _node_id("A", app.id),
+            "client_id": app.client_id,
+            "owner": self.user(app.owner, app.owner_type),
+            "name": manifest["name"],
+            "description": manifest.get("description") or None,
+            "external_url": manifest["url"],
+            "html_url": f"{self.web}/apps/{app.slug}",
+            "created_at": FIXED_TIME,
+            "updated_at": FIXED_TIME,
+            "permissions": manifest.get("default_permissions", {}),
+            "events": manifest.get("default_events", []),
+            "client_secret": app.client_secret,
+            "webhook_secret": app.webhook_secret,
+            "pem": app.pem,
+        }
+
     def installation(self, installation_id: int) -> dict[str, Any]:
         """Render an installation of the App."""
         owners = sorted(
@@ -629,6 +651,7 @@ class GitHubState:
         self.all_pulls: dict[tuple[str, int], PullRequest] = {}
         self.deliveries: list[Delivery] = []
         self.faults: list[Fault] = []
+        self.manifest_apps = web.ManifestApps()
         self._ids = itertools.count(1001)
 
     def next_id(self) -> int:
@@ -1036,6 +1059,15 @@ def _require_installation(installation_id: int) -> None:
     """Answer 404 unless some repository is installed under this id."""
     if not any(r.installation_id == installation_id for r in _state().repos.values()):
         raise GitHubError(404, "Not Found")
+
+
+@bp.post("/app-manifests/<code>/conversions")
+def create_app_from_manifest(code: str) -> ResponseReturnValue:
+    """POST /app-manifests/{code}/conversions: no token; a code works once, within an hour."""
+    created = _state().manifest_apps.convert(code)
+    if created is None:
+        raise GitHubError(404, "Not Found")
+    return jsonify(_render().manifest_app(created)), 201
 
 
 @bp.get("/app/installations/<int:installation_id>")
@@ -1693,6 +1725,8 @@ def _bearer_token() -> str | None:
 @bp.before_app_request
 def check_request() -> ResponseReturnValue | None:
     """Record the request, then apply the contract, authentication and scripted faults."""
+    if request.blueprint not in (None, bp.name):
+        return None  # one of GitHub's web pages (double/web.py), not the REST API
     state, token = _state(), _bearer_token()
     query = request.args.to_dict()
     recorded = RecordedRequest(
@@ -1701,9 +1735,9 @@ def check_request() -> ResponseReturnValue | None:
     state.requests.append(recorded)
     if current_app.config["GITHUB_DOUBLE_VALIDATE"]:
         _check_contract(state)
-    if token is None:
+    if token is None and request.endpoint not in WITHOUT_TOKEN:
         raise GitHubError(401, "Requires authentication")
-    if state.token_expired(token):
+    if token is not None and state.token_expired(token):
         raise GitHubError(401, "Bad credentials")
     fault = state.take_fault(request.method, request.path)
     if fault and fault.after_success:
@@ -1711,6 +1745,10 @@ def check_request() -> ResponseReturnValue | None:
     elif fault:
         return _fault_response(fault)
     return None
+
+
+# Endpoints GitHub answers with no token at all.
+WITHOUT_TOKEN = frozenset({f"{bp.name}.{create_app_from_manifest.__name__}"})
 
 
 def _require_app_jwt() -> None:
@@ -1819,6 +1857,7 @@ def create_github_double(
     app.config.update(GITHUB_DOUBLE_VALIDATE=validate, PROPAGATE_EXCEPTIONS=True)
     app.extensions["github_double"] = state
     app.register_blueprint(bp)
+    app.register_blueprint(web.bp)
     app.register_error_handler(GitHubError, _error_response)
     app.register_error_handler(HTTPException, _http_error)
     app.wsgi_app = _serialized(app.wsgi_app, state.lock)  # type: ignore[method-assign]
