@@ -13,7 +13,7 @@ from pathlib import Path
 
 from dotenv import load_dotenv
 
-from bot import operator_cli
+from bot import app_setup, operator_cli
 from bot.db import without_password
 from bot.settings import Settings, SettingsError
 
@@ -28,6 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands.add_parser("web", help="serve the webhook receiver with gunicorn")
     commands.add_parser("demo", help="the whole lifecycle locally, against a GitHub double")
     commands.add_parser("doctor", help="check settings, database, broker, GitHub, sandbox, agents")
+    app_setup.add_parser(commands)
     worker = commands.add_parser("worker", help="run a Celery worker")
     worker.add_argument("queues", nargs="?", default="github,agent")
     worker.add_argument("--concurrency", default="2")
@@ -155,7 +156,7 @@ def gunicorn_argv(bind: str, workers: int, app: str = "bot.asgi:create_asgi_app(
 
 
 # Commands that neither take nor work on webhooks: they run without WEBHOOK_SECRET.
-_OFFLINE = frozenset({"db", *operator_cli.COMMANDS})
+_OFFLINE = frozenset({"db", "setup", *operator_cli.COMMANDS})
 # Commands whose processes sign in to GitHub as the App: its id and key are checked first.
 _CALLING_GITHUB = frozenset({"run", "worker"})
 _COMMANDS = {
@@ -163,6 +164,7 @@ _COMMANDS = {
     "web": _web,
     "worker": _worker,
     "db": _db,
+    "setup": app_setup.run,
     **dict.fromkeys(operator_cli.COMMANDS, operator_cli.run),
 }
 

@@ -60,6 +60,21 @@ def _fresh(token: _Token) -> bool:
     return token.expires_at - TOKEN_MARGIN > datetime.now(UTC)
 
 
+def create_app_from_manifest(api_url: str, code: str) -> dict[str, Any]:
+    """Trade the manifest flow's one-time code for the new App's id, key and secrets.
+
+    GitHub takes no credentials here: the code, good once and for an hour, is the proof.
+    """
+    response = requests.post(
+        f"{api_url}/app-manifests/{quote(code, safe='')}/conversions",
+        headers={"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28"},
+        timeout=30,
+    )
+    response.raise_for_status()
+    created: dict[str, Any] = response.json()
+    return created
+
+
 class GitHubApp:
     """The App's identity: signs JWTs and hands out per-installation clients and tokens.
 
