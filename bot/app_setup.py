@@ -38,41 +38,67 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     setup.add_argument("--webhook-url", required=True, help="where GitHub will send webhooks")
     setup.add_argument("--name", help="the App's name on GitHub (app.yml's by default)")
     setup.add_argument("--org", help="create the App for this organization, not your account")
-    setup.add_argument("--callback-url", action="append", default=[], help="sign-in callback")
-    setup.add_argument("--port", type=int, default=DEFAULT_PORT, help="the loopback page's port")
+    setup.add_argument(
+        "--callback-url",
+        action="append",
+        default=[],
+        help="where GitHub may send people back after they sign in (repeatable)",
+    )
+    setup.add_argument(
+        "--port",
+        type=_port,
+        default=DEFAULT_PORT,
+        help=f"the loopback page's port ({DEFAULT_PORT})",
+    )
     setup.add_argument("--app-yml", type=Path, default=APP_YML, help="the App's description")
     setup.add_argument("--force", action="store_true", help="replace App settings in ./.env")
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
     """Serve the one-time page until GitHub's answer is saved; 1 with the reason otherwise."""
-    env_path = Path.cwd() / ".env"
-    state = secrets.token_urlsafe(32)
     try:
-        if not args.force:
-            refuse_replacing(env_path)
-        manifest = build_manifest(
-            read_app_yml(args.app_yml),
-            webhook_url=args.webhook_url,
-            redirect_url=f"http://127.0.0.1:{args.port}{CALLBACK_PATH}",
-            name=args.name,
-            callback_urls=tuple(args.callback_url),
-        )
-        form_action = new_app_url(settings.github_web_url, state, args.org)
+        page = _setup_page(settings, args, Path.cwd() / ".env")
     except (AppSettingsPresent, ManifestError) as error:
         print(f"gaffer: {error}", file=sys.stderr)
         return 1
-    page = SetupPage(
+    print(f"gaffer: open {page.url} in a browser on this machine to create the App", flush=True)
+    try:
+        outcome = serve_until_used(page)
+    except OSError as error:
+        print(f"gaffer: cannot serve {page.url} ({error}): choose another --port", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("gaffer: setup stopped; nothing was saved", file=sys.stderr)
+        return 1
+    print(f"gaffer: {outcome.message}", file=sys.stdout if outcome.saved else sys.stderr)
+    return 0 if outcome.saved else 1
+
+
+def _setup_page(settings: Settings, args: argparse.Namespace, env_path: Path) -> SetupPage:
+    """Build the page: the manifest, and GitHub's new-App address with a fresh state."""
+    if not args.force:
+        refuse_replacing(env_path)
+    manifest = build_manifest(
+        read_app_yml(args.app_yml),
+        webhook_url=args.webhook_url,
+        redirect_url=f"http://127.0.0.1:{args.port}{CALLBACK_PATH}",
+        name=args.name,
+        callback_urls=tuple(args.callback_url),
+    )
+    state = secrets.token_urlsafe(32)
+    return SetupPage(
         args.port,
-        form_action,
+        new_app_url(settings.github_web_url, state, args.org),
         manifest,
         state,
         finish=lambda code: _finish(settings, env_path, code, replace=args.force),
     )
-    print(f"gaffer: open {page.url} in a browser on this machine to create the App", flush=True)
-    outcome = serve_until_used(page)
-    print(f"gaffer: {outcome.message}", file=sys.stdout if outcome.saved else sys.stderr)
-    return 0 if outcome.saved else 1
+
+
+def _port(raw: str) -> int:
+    if not raw.isdigit() or not 1 <= int(raw) <= 65535:
+        raise argparse.ArgumentTypeError(f"a port from 1 to 65535, not {raw!r}")
+    return int(raw)
 
 
 def _finish(settings: Settings, env_path: Path, code: str, *, replace: bool) -> str:

@@ -210,3 +210,46 @@ def test_an_env_holding_an_app_is_kept_unless_forced(
     saved = dotenv_values(env_path)
     assert (saved["DATABASE_URL"], saved["APP_ID"]) == ("sqlite:///kept.sqlite", str(created.id))
     assert saved["WEBHOOK_SECRET"] == created.webhook_secret
+
+
+def test_github_refusing_the_code_saves_nothing_and_fails(
+    start_setup, github, github_server: str
+) -> None:
+    setup = start_setup()
+    github.fail_next("POST", r"^/app-manifests/[^/]+/conversions$", 500)
+    failed = requests.get(callback_of(setup, github_server), timeout=30)
+    assert failed.status_code == 502
+    assert "GitHub refused the code (500 answer)" in failed.text
+    assert setup.finish() == 1
+    assert not setup.env_path.exists()
+    assert list(setup.folder.glob("*.pem")) == []
+
+
+@pytest.mark.parametrize(
+    ("options", "refusal"),
+    [
+        pytest.param(
+            ["--webhook-url", "ftp://gaffer.example.com/hook"],
+            "gaffer: --webhook-url must be an http(s) address GitHub can reach: "
+            "'ftp://gaffer.example.com/hook'",
+            id="a webhook URL GitHub cannot post to",
+        ),
+        pytest.param(
+            ["--webhook-url", WEBHOOK_URL, "--org", "../settings"],
+            "gaffer: --org must be an organization's login, not '../settings'",
+            id="an organization that is not a login",
+        ),
+    ],
+)
+def test_options_github_would_not_take_are_refused_before_serving(
+    setup_env: dict[str, str], operator_folder: Path, options: list[str], refusal: str
+) -> None:
+    refused = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "setup", *options],
+        cwd=operator_folder,
+        env=setup_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (refused.returncode, refused.stderr.strip()) == (1, refusal)
