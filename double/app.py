@@ -20,7 +20,7 @@ from flask import Blueprint, Flask, Response, current_app, g, jsonify, request
 from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
 
-from . import contract, web
+from . import contract, oauth, web
 
 APP_EVENTS = [
     "issues",
@@ -652,6 +652,7 @@ class GitHubState:
         self.deliveries: list[Delivery] = []
         self.faults: list[Fault] = []
         self.manifest_apps = web.ManifestApps()
+        self.user_grants = oauth.UserGrants()
         self._ids = itertools.count(1001)
 
     def next_id(self) -> int:
@@ -1068,6 +1069,61 @@ def create_app_from_manifest(code: str) -> ResponseReturnValue:
     if created is None:
         raise GitHubError(404, "Not Found")
     return jsonify(_render().manifest_app(created)), 201
+
+
+# What a user token sees: the person, and the App's installations and repositories they
+# can reach, each repository with the person's own permissions on it.
+ROLE_PERMISSIONS = {
+    "admin": ("admin", "maintain", "push", "triage", "pull"),
+    "maintain": ("maintain", "push", "triage", "pull"),
+    "write": ("push", "triage", "pull"),
+    "triage": ("triage", "pull"),
+    "read": ("pull",),
+}
+
+
+def _user_login() -> str:
+    """The person a user token was given to, or 401 as GitHub answers other tokens here."""
+    login = _state().user_grants.login_of(_bearer_token())
+    if login is None:
+        raise GitHubError(401, "Bad credentials")
+    return login
+
+
+def _reachable(login: str) -> list[Repository]:
+    """The installed repositories the person has a role on."""
+    state = _state()
+    return [repo for repo in state.repos.values() if (repo.full_name, login) in state.permissions]
+
+
+@bp.get("/user")
+def get_authenticated_user() -> ResponseReturnValue:
+    """GET /user, for a user token."""
+    return jsonify(_render().user(_user_login()))
+
+
+@bp.get("/user/installations")
+def list_user_installations() -> ResponseReturnValue:
+    """GET /user/installations: the App's installations the person can reach."""
+    ids = sorted({repo.installation_id for repo in _reachable(_user_login())})
+    return _paginated([_render().installation(each) for each in ids], "installations")
+
+
+@bp.get("/user/installations/<int:installation_id>/repositories")
+def list_user_installation_repositories(installation_id: int) -> ResponseReturnValue:
+    """GET /user/installations/{id}/repositories, each with the person's permissions."""
+    login = _user_login()
+    state, render = _state(), _render()
+    found = []
+    for repo in _reachable(login):
+        if repo.installation_id != installation_id:
+            continue
+        granted = ROLE_PERMISSIONS[state.permissions[(repo.full_name, login)]]
+        roles = ("admin", "maintain", "push", "triage", "pull")
+        found.append({**render.repository(repo), "permissions": {r: r in granted for r in roles}})
+    if not found:
+        raise GitHubError(404, "Not Found")
+    return _paginated(found, "repositories")
 
 
 @bp.get("/app/installations/<int:installation_id>")
@@ -1858,6 +1914,7 @@ def create_github_double(
     app.extensions["github_double"] = state
     app.register_blueprint(bp)
     app.register_blueprint(web.bp)
+    app.register_blueprint(oauth.bp)
     app.register_error_handler(GitHubError, _error_response)
     app.register_error_handler(HTTPException, _http_error)
     app.wsgi_app = _serialized(app.wsgi_app, state.lock)  # type: ignore[method-assign]

@@ -10,7 +10,7 @@ import hashlib
 import hmac
 import secrets
 from collections import Counter
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -53,6 +53,15 @@ def _session_key(settings: Settings) -> str:
         )
         return derived.hexdigest()
     return secrets.token_hex(32)
+
+
+@bp.app_template_filter("when")
+def when(moment: datetime | str | None) -> str:
+    """A time as people read it, to the second, in UTC; nothing for none."""
+    if not moment:
+        return ""
+    parsed = datetime.fromisoformat(moment) if isinstance(moment, str) else moment
+    return f"{aware(parsed).astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
 
 
 @bp.get("/signin")
