@@ -18,6 +18,8 @@ import yaml
 
 # The checkout's app.yml; an installed gaffer is given one with --app-yml.
 APP_YML = Path(__file__).resolve().parents[1] / "app.yml"
+# The dashboard's sign-in route (bot/dashboard/pages.py), served beside the webhook receiver.
+SIGNIN_CALLBACK_PATH = "/dashboard/signin/callback"
 # GitHub keeps at most this many user-authorization callback URLs per App.
 MAX_CALLBACK_URLS = 10
 _ORGANIZATION = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})")
@@ -46,12 +48,15 @@ def build_manifest(
     name: str | None = None,
     callback_urls: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """Return the manifest: app.yml's App, with this deployment's name and addresses."""
+    """Return the manifest: app.yml's App, with this deployment's name and addresses; the
+    dashboard's sign-in callback is on the webhook URL's host."""
     if not _web_address(webhook_url):
         raise ManifestError(
             f"--webhook-url must be an http(s) address GitHub can reach: {webhook_url!r}"
         )
-    callbacks = [*app_yml.get("callback_urls", []), *callback_urls]
+    hook = urlsplit(webhook_url)
+    signin = f"{hook.scheme}://{hook.netloc}{SIGNIN_CALLBACK_PATH}"
+    callbacks = list(dict.fromkeys([signin, *app_yml.get("callback_urls", []), *callback_urls]))
     if len(callbacks) > MAX_CALLBACK_URLS or not all(_web_address(url) for url in callbacks):
         raise ManifestError(
             f"callback URLs must be at most {MAX_CALLBACK_URLS} http(s) addresses: {callbacks}"
@@ -62,11 +67,12 @@ def build_manifest(
         "description": app_yml.get("description", ""),
         "hook_attributes": {"url": webhook_url, "active": True},
         "redirect_url": redirect_url,
+        "callback_urls": callbacks,
         "public": bool(app_yml.get("public", False)),
         "default_permissions": dict(app_yml.get("default_permissions", {})),
         "default_events": list(app_yml.get("default_events", [])),
     }
-    return {**manifest, "callback_urls": callbacks} if callbacks else manifest
+    return manifest
 
 
 def new_app_url(web_url: str, state: str, organization: str | None = None) -> str:

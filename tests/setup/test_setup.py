@@ -90,6 +90,7 @@ def test_github_receives_app_yml_with_the_webhook_url_and_the_way_back(
         "description": APP_YML["description"],
         "hook_attributes": {"url": WEBHOOK_URL, "active": True},
         "redirect_url": f"http://127.0.0.1:{setup.port}/callback",
+        "callback_urls": ["https://gaffer.example.com/dashboard/signin/callback"],
         "public": False,
         "default_permissions": APP_YML["default_permissions"],
         "default_events": APP_YML["default_events"],
