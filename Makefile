@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 SPEC := tests/contract/node_modules/@octokit/openapi/package.json
 AGENT_CLIS := tests/agents/node_modules/.installed
 
-.PHONY: run demo test lint install sandbox-tools
+.PHONY: run demo test lint install sandbox-tools browser-tools
 
 $(VENV)/installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -33,6 +33,11 @@ sandbox-tools:
 	@command -v bwrap >/dev/null && command -v socat >/dev/null || { \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap socat >/dev/null; }
 
+# The dashboard's tests drive Debian's Chromium through its chromedriver (as root).
+browser-tools:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
+
 run: $(VENV)/installed sandbox-tools
 	$(VENV)/bin/gaffer run
 
@@ -43,5 +48,5 @@ lint: $(VENV)/installed
 	$(VENV)/bin/ruff check bot tasks double tests bench
 	$(VENV)/bin/mypy
 
-test: $(VENV)/installed $(SPEC) $(AGENT_CLIS) sandbox-tools lint
+test: $(VENV)/installed $(SPEC) $(AGENT_CLIS) sandbox-tools browser-tools lint
 	$(VENV)/bin/pytest
