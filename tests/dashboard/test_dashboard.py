@@ -211,3 +211,32 @@ def test_a_plans_whole_life_on_the_dashboard(
     lead = text(browser, "lead-times")
     assert f"{REPO}#{flow.number}" in lead
     assert "paid" in text(browser, "first-pass")
+
+
+def test_a_running_jobs_transcript_shows_while_it_runs(
+    dashboard, browser: webdriver.Chrome, github, origin: Path, worker
+) -> None:
+    app, url = dashboard
+    flow = IssueFlow(app, app.test_client(), github, origin, REPO, INSTALLATION_ID, WEBHOOK_SECRET)
+    flow.body = "```gaffer-script\nplan:\n  - print: reading widgets.py\n  - sleep: 30\n```\n"
+    flow.open().label()
+    sign_in(browser, url, github, "maintainer")
+
+    def running_job_link() -> str | None:
+        browser.get(f"{url}/dashboard/")
+        links = browser.find_elements(By.CSS_SELECTOR, "#running a")
+        return links[0].get_attribute("href") if links else None
+
+    browser.get(wait_for(running_job_link, what="the plan job in the queue's running list"))
+    assert text(browser, "job-state") == "running"
+
+    def transcript() -> str:
+        browser.refresh()  # what the page's own reload does every few seconds
+        logs = browser.find_elements(By.CSS_SELECTOR, "pre.log[data-name='agent.log']")
+        return logs[0].text if logs else ""
+
+    assert "reading widgets.py" in wait_for(transcript, what="the agent's first line")
+    assert browser.find_elements(By.CSS_SELECTOR, "meta[http-equiv='refresh']")
+    shot(browser, "5-job-running")
+    flow.comment("/cancel")
+    flow.wait_state(PlanState.CANCELLED)
