@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 from sqlalchemy import select
 
-from bot.models import Job, PlanState
+from bot.models import Job, PlanState, aware
 from double.origin import commit_to_origin
 from tests.in_process import CONFIG, InProcess
 
@@ -120,4 +120,9 @@ def test_an_agent_stopped_by_its_quota_is_parked_not_failed(here: InProcess) -> 
     assert plan.state == PlanState.PLANNING  # waiting, not failed
     [job] = jobs(here)
     assert job.state == "queued" and job.parked_until is not None
+    # The wait is counted, for the dashboard's lead times (parked, not waiting for people).
+    assert job.parked_s == pytest.approx(
+        (aware(job.parked_until) - aware(job.started_at)).total_seconds(), abs=30
+    )
+    assert job.parked_s > 0
     assert any("provider's limit" in c["body"] for c in here.flow.comments())
