@@ -6,6 +6,7 @@ from typing import Any
 
 from celery import Celery
 
+from bot.redis_broker import TRANSPORT
 from bot.settings import Settings
 
 PROCESS_DELIVERY = "gaffer.process_delivery"
@@ -29,6 +30,10 @@ def make_celery(settings: Settings, *, web: bool = False) -> Celery:
     """
     celery = Celery("gaffer", broker=settings.broker_url, set_as_current=False)
     every = settings.reconcile_every_s
+    if settings.broker_url.startswith("redis://"):
+        # bot/redis_broker.py says why. Not for rediss://, whose TLS kombu turns on only
+        # when it picks the transport from the URL itself.
+        celery.conf.broker_transport = TRANSPORT
     celery.conf.update(
         task_routes={name: {"queue": queue} for name, queue in QUEUE_OF.items()},
         task_default_queue="github",
