@@ -49,4 +49,4 @@ lint: $(VENV)/installed
 	$(VENV)/bin/mypy
 
 test: $(VENV)/installed $(SPEC) $(AGENT_CLIS) sandbox-tools browser-tools lint
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n 2

@@ -232,6 +232,7 @@ def start_worker(settings: Settings, github_server: str, server_config: Path, tm
         concurrency: int = 2,
         lease_seconds: int = 60,
         beat: bool = False,
+        wait: bool = True,
     ) -> WorkerProcess:
         env = {
             **os.environ,
@@ -248,19 +249,21 @@ def start_worker(settings: Settings, github_server: str, server_config: Path, tm
             "GAFFER_LEASE_SECONDS": str(lease_seconds),
         }
         log = tmp_path / f"worker-{queue}-{len(started)}.log"
-        started.append(WorkerProcess.start(env, log, queue, concurrency, beat=beat))
+        started.append(WorkerProcess.start(env, log, queue, concurrency, beat=beat, wait=wait))
         return started[-1]
 
     yield start
-    for process in reversed(started):
-        process.stop()
+    WorkerProcess.stop_all(started)
 
 
 @pytest.fixture
 def worker(start_worker):
     """Real Celery worker processes, one per queue as in production, talking to the double."""
-    start_worker("github", concurrency=3)
-    return start_worker("agent", concurrency=2)
+    github = start_worker("github", concurrency=3, wait=False)
+    agent = start_worker("agent", concurrency=2, wait=False)
+    github.wait_ready()  # the two start side by side
+    agent.wait_ready()
+    return agent
 
 
 @pytest.fixture

@@ -80,7 +80,9 @@ class WorkerProcess:
         concurrency: int = 2,
         *,
         beat: bool = False,
+        wait: bool = True,
     ) -> WorkerProcess:
+        """Start a worker; with wait, return once it is ready to take tasks."""
         argv = [
             sys.executable,
             "-m",
@@ -101,8 +103,12 @@ class WorkerProcess:
                 start_new_session=True,
             )
         worker = cls(process, log_path)
-        wait_for(worker.ready, timeout=60, what=f"the worker to start (log: {log_path})")
+        if wait:
+            worker.wait_ready()
         return worker
+
+    def wait_ready(self) -> None:
+        wait_for(self.ready, timeout=60, what=f"the worker to start (log: {self.log_path})")
 
     def ready(self) -> bool:
         if b"ready." in self.log_path.read_bytes():
@@ -115,13 +121,21 @@ class WorkerProcess:
         return self.log_path.read_text(errors="replace")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
+        self.stop_all([self])
+
+    @staticmethod
+    def stop_all(workers: list[WorkerProcess]) -> None:
+        """SIGTERM every worker at once, then wait for each: a worker takes seconds to stop
+        (the SQL broker's loop looks for the signal every 2 s), and they stop side by side."""
+        running = [worker for worker in workers if worker.process.poll() is None]
+        for worker in running:
+            os.killpg(worker.process.pid, signal.SIGTERM)
+        for worker in running:
             try:
-                self.process.wait(timeout=20)
+                worker.process.wait(timeout=20)
             except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+                os.killpg(worker.process.pid, signal.SIGKILL)
+                worker.process.wait()
 
 
 @dataclass

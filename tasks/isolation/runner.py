@@ -380,6 +380,7 @@ def run_process(
         reason = _run_to_end(proc, capture, limits)
         output = capture.finish()
         oom_killed = launch is not None and launch.oom_killed()
+        log.write(_ending(reason, proc.returncode, time.monotonic() - started, oom_killed))
     return RunResult(
         returncode=proc.returncode,
         timed_out=reason == "timed_out",
@@ -392,6 +393,16 @@ def run_process(
         cpu_limited=reason == "cpu_limited",
         oom_killed=oom_killed,
     )
+
+
+def _ending(reason: str | None, returncode: int | None, seconds: float, oom: bool) -> str:
+    """The line that closes a run in its log: how it ended, for a person reading it later."""
+    how = f"exit code {returncode}"
+    if reason is not None:
+        how = f"stopped by gaffer ({reason.replace('_', ' ')}), {how}"
+    elif oom:
+        how = f"killed for using too much memory, {how}"
+    return f"\n[gaffer] {how}, after {seconds:.1f} s\n"
 
 
 def _isolated(

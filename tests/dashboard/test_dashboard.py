@@ -179,7 +179,8 @@ def test_a_plans_whole_life_on_the_dashboard(
         for each in browser.find_elements(By.CSS_SELECTOR, "pre.log")
     }
     assert '"total_cost_usd": 0.25' in logs["agent.log"].text
-    assert "check-tests.log" in logs
+    assert "[gaffer] exit code 0" in logs["check-tests.log"].text
+    assert "[gaffer] exit code 0" in logs["agent.log"].text
     assert text(browser, "job-cost") == "$0.250000"
     cookies = {each["name"]: each["value"] for each in browser.get_cookies()}
     bundle_url = browser.find_element(By.ID, "bundle").get_attribute("href")

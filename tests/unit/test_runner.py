@@ -52,7 +52,10 @@ def test_exit_code_and_output_are_reported(tmp_path):
     assert result.returncode == 3
     assert not result.killed
     assert "out" in result.output and "err" in result.output
-    assert "out\n" in (tmp_path / "logs" / "run.log").read_text()
+    log = (tmp_path / "logs" / "run.log").read_text()
+    assert "out\n" in log and log.rstrip().endswith(" s")
+    assert "[gaffer] exit code 3, after" in log  # the log says how the run ended
+    assert "[gaffer]" not in result.output  # what the agent or check printed, alone
 
 
 def test_timeout_kills_child_and_grandchild(tmp_path):
@@ -60,6 +63,7 @@ def test_timeout_kills_child_and_grandchild(tmp_path):
     grandchild = int(result.output.split()[0])
     assert result.timed_out and not result.ok
     assert _gone(grandchild)
+    assert "[gaffer] stopped by gaffer (timed out)" in (tmp_path / "logs" / "run.log").read_text()
 
 
 def test_background_process_is_killed_when_leader_exits(tmp_path):
