@@ -245,6 +245,8 @@ class Job(Base):
     parked_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # Seconds the job was set to wait on quotas and budgets, summed over its parkings.
     parked_s: Mapped[float] = mapped_column(Float, default=0.0, server_default=text("0"))
+    # The concurrency limit the job waits for a slot under (tasks/slots.py), while it does.
+    waiting_on: Mapped[str | None] = mapped_column(String(250))
     error: Mapped[str | None] = mapped_column(Text)
     log_path: Mapped[str | None] = mapped_column(Text)
     # The stage program the job asks for (expand, split…), when not the stage's own.
@@ -391,3 +393,32 @@ class Heartbeat(Base):
 
     name: Mapped[str] = mapped_column(String(40), primary_key=True)
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class ProviderHold(Base):
+    """A provider account at its limit: no agent of that account starts before `until`, on
+    any worker; after it, one job (the probe) tries first and the rest wait for its answer."""
+
+    __tablename__ = "provider_holds"
+
+    # The key's env name and a digest of its value (tasks/stages/governor.py), never the key.
+    account: Mapped[str] = mapped_column(String(120), primary_key=True)
+    until: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    reason: Mapped[str] = mapped_column(Text)
+    job_id: Mapped[int | None] = mapped_column(Integer)  # the run that met the limit
+    probe_job_id: Mapped[int | None] = mapped_column(Integer)
+    probe_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Slot(Base):
+    """One place under a concurrency limit (tasks/slots.py): `scope` names what is limited
+    (`repository:owner/name`, `account:<key name>`), `number` counts up to the limit, and
+    `job_id` is the job running in it, if any."""
+
+    __tablename__ = "slots"
+
+    scope: Mapped[str] = mapped_column(String(250), primary_key=True)
+    number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    claimed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -72,11 +72,12 @@ def status_comment(
     unsandboxed: bool = False,
     used: Sequence[Offered] = (),
     proposed: Sequence[Lesson] = (),
+    waiting: str | None = None,
 ) -> str:
     """Render gaffer's one status comment for the plan.
 
     changes: what happened on the issue since the current revision was written, said
-    once per kind and person (bot/snapshots.py).
+    once per kind and person (bot/snapshots.py). waiting: why its job is parked, if it is.
     """
     revision = f" · revision r{plan.current_revision}" if plan.current_revision else ""
     parts = [
@@ -84,6 +85,8 @@ def status_comment(
         f"### gaffer · `{plan.state.value}`{revision}",
         _HEADLINE[plan.state],
     ]
+    if waiting:
+        parts.append(f"**Waiting:** {waiting}")
     if plan.last_error and plan.state == PlanState.FAILED:
         parts.append(f"**What went wrong:** {plan.last_error}")
     if plan_text:

@@ -11,7 +11,17 @@ from bot.costs import plan_spend
 from bot.db import Database, rows_changed
 from bot.github import RepoClient
 from bot.memory import Offered
-from bot.models import CheckResult, Lesson, LessonState, Plan, PlanRevision, PlanState, utcnow
+from bot.models import (
+    CheckResult,
+    Job,
+    JobState,
+    Lesson,
+    LessonState,
+    Plan,
+    PlanRevision,
+    PlanState,
+    utcnow,
+)
 from bot.render import Verification, status_comment
 from bot.snapshots import changes_since, describe_changes
 
@@ -72,6 +82,16 @@ def _render(db: Database, client: RepoClient, plan_id: int) -> _Shown:
         ).all()
         spend = plan_spend(session, plan_id)
         changes = describe_changes(changes_since(session, plan))
+        waiting = session.scalar(
+            select(Job.error)
+            .where(
+                Job.plan_id == plan_id,
+                Job.state == JobState.QUEUED,
+                Job.parked_until > utcnow(),
+            )
+            .order_by(Job.id.desc())
+            .limit(1)
+        )
     # Links on GitHub may need the repository from GitHub: asked with the transaction closed.
     verification = _verification(client, plan, list(checks))
     body = status_comment(
@@ -83,6 +103,7 @@ def _render(db: Database, client: RepoClient, plan_id: int) -> _Shown:
         unsandboxed=client.unsandboxed,
         used=used,
         proposed=proposed,
+        waiting=waiting,
     )
     return _Shown(body, plan.state, plan.issue_number, plan.status_comment_id)
 

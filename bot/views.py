@@ -147,6 +147,7 @@ def job_row(job: Job) -> dict[str, Any]:
         "cost_usd": f"{job.cost_usd:.6f}",
         "cost_source": job.cost_source,
         "parked_until": _time(job.parked_until),
+        "parked_s": round(job.parked_s, 1),
         "error": job.error,
         "created_at": _time(job.created_at),
         "started_at": _time(job.started_at),

@@ -63,7 +63,7 @@ def run_execution(wctx: WorkerContext, job: Job) -> None:
         finish(wctx.db, job.id, wctx.worker_id, JobState.DONE)
     except Held as held:
         # The plan stays `executing`; the job waits in the queue and starts from the branch.
-        if park(wctx, job.id, held.until, str(held)):
+        if park(wctx, job.id, held.until, str(held)) and held.tell:
             client.reply(plan.issue_number, f"gaffer is holding the work: {held}")
     except StopWork as stop:
         _fail(wctx, job, plan.id, str(stop))

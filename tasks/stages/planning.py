@@ -52,7 +52,9 @@ def run_planning(wctx: WorkerContext, job: Job) -> None:
         )
     except Held as held:
         if park(wctx, job.id, held.until, str(held)):
-            client.reply(plan.issue_number, f"gaffer is holding the plan: {held}")
+            if held.tell:
+                client.reply(plan.issue_number, f"gaffer is holding the plan: {held}")
+            publish_status(wctx.db, client, plan.id)  # it says what the plan waits for
         return
     except Stopped as stop:
         text, error, lessons = "", f"Stopped: {stop}", []

@@ -19,6 +19,7 @@ from tasks.stages.costs import (
     spend_left,
     tomorrow,
 )
+from tasks.stages.governor import account_of, admit, answered, limit_met
 from tasks.worktrees import git_dirs
 
 # Enough for any agent CLI; a runaway is stopped long before it starves the worker.
@@ -26,11 +27,13 @@ AGENT_MEMORY_MB = 4096
 
 
 class Held(Exception):
-    """The job must wait until a time; the message says why, for the issue."""
+    """The job must wait until a time; the message says why, for the issue (unless `tell` is
+    False: a wait of seconds that would only add noise to the thread)."""
 
-    def __init__(self, until: datetime, message: str) -> None:
+    def __init__(self, until: datetime, message: str, *, tell: bool = True) -> None:
         super().__init__(message)
         self.until = until
+        self.tell = tell
 
 
 class Stopped(Exception):
@@ -74,6 +77,9 @@ def run_stage_agent(
     if left is not None and left <= 0:
         raise OverBudget(_over_budget_message(plan, config))
     spec = agent_of(wctx, plan)
+    account = account_of(spec, os.environ)
+    if (wait := admit(wctx.db, account, job.id)) is not None:
+        raise Held(wait.until, f"{wait.reason}.", tell=wait.tell)
     result = run_agent(
         spec,
         stage=stage,
@@ -94,8 +100,11 @@ def run_stage_agent(
     add_usage(wctx, job.id, result.usage)
     if result.over_budget:
         raise OverBudget(_over_budget_message(plan, config))
-    if result.quota is not None:
+    if result.quota is None:
+        answered(wctx.db, account)
+    else:
         until = quota_reset(result.quota.retry_after_s)
+        limit_met(wctx.db, account, job.id, until, result.quota.reason)
         raise Held(
             until,
             f"the agent hit its provider's limit ({result.quota.reason}); "
