@@ -10,6 +10,7 @@ from bot.logs import about
 from bot.models import Job, JobState, Stage
 from tasks.context import WorkerContext
 from tasks.leases import Heartbeat, claim, finish
+from tasks.slots import give_back, wait_for_slots
 from tasks.stages.execution import run_execution, run_recheck
 from tasks.stages.planning import run_planning
 from tasks.stages.pulls import open_pull_request
@@ -46,6 +47,9 @@ def _run(wctx: WorkerContext, job: Job, lease: timedelta) -> None:
         return
     log.info("job %s (%s) started", job.id, job.stage)
     with Heartbeat(wctx.db, job.id, wctx.worker_id, lease):
+        if wait_for_slots(wctx, job):
+            log.info("job %s (%s) waits for a slot", job.id, job.stage)
+            return
         try:
             stage(wctx, job)
         except Exception as error:
@@ -53,6 +57,8 @@ def _run(wctx: WorkerContext, job: Job, lease: timedelta) -> None:
                 wctx.db, job.id, wctx.worker_id, JobState.FAILED, f"{type(error).__name__}: {error}"
             )
             raise
+        finally:
+            give_back(wctx.db, job.id)
     with wctx.db.session() as session:
         ended = session.get(Job, job.id)  # gone with its plan when GitHub no longer asks for it
         state = ended.state.value if ended else "with its plan dropped"

@@ -1,0 +1,63 @@
+"""A repository's concurrency limit holds across worker processes, and a waiting plan says
+where it stands."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from sqlalchemy import select
+
+from bot.models import Job, Plan, PlanState, aware
+from double.driver import IssueFlow
+from tests.conftest import INSTALLATION_ID, REPO
+from tests.support import WEBHOOK_SECRET, wait_for
+
+ISSUES = 5
+BODY = "The widget is slow.\n\n```gaffer-script\nplan:\n  - sleep: 2\n```\n"
+
+
+def test_a_repository_limit_of_one_holds_across_two_agent_workers(
+    app, client, github, origin: Path, start_worker, server_config: Path
+) -> None:
+    server_config.write_text(server_config.read_text() + "limits: {repository: 1}\n")
+    workers = [
+        start_worker("github", concurrency=3, wait=False),
+        start_worker("agent", concurrency=2, wait=False),
+        start_worker("agent", concurrency=2, wait=False),  # another machine's, as it were
+    ]
+    for worker in workers:
+        worker.wait_ready()
+    flow = IssueFlow(app, client, github, origin, REPO, INSTALLATION_ID, WEBHOOK_SECRET)
+    flow.body = BODY
+    issues = [dataclasses.replace(flow, number=n).open() for n in range(1, ISSUES + 1)]
+    for issue in issues:
+        issue.label()
+
+    said: list[str] = []  # what the status comments said while plans waited
+
+    def all_drafted() -> bool:
+        said.extend(
+            comment["body"]
+            for issue in issues
+            for comment in issue.comments()
+            if "in line for octo/widgets" in comment["body"]
+        )
+        with app.extensions["gaffer_db"].session() as session:
+            states = session.scalars(select(Plan.state)).all()
+        return len(states) == ISSUES and set(states) == {PlanState.DRAFT}
+
+    wait_for(all_drafted, timeout=120, what="a draft plan on every issue")
+    with app.extensions["gaffer_db"].session() as session:
+        runs = session.execute(
+            select(Job.started_at, Job.finished_at).where(Job.stage == "plan")
+        ).all()
+    runs = sorted((aware(start), aware(end)) for start, end in runs)
+    assert len(runs) == ISSUES
+    for (_, ended), (started, _) in zip(runs, runs[1:], strict=False):
+        assert started >= ended, "two plans of the repository ran at once"
+    assert any(
+        "**Waiting:** queued: 1st in line for octo/widgets (1 running, limit 1)" in body
+        for body in said
+    )
+    assert "Waiting" not in issues[-1].status()  # said no more once the plan ran
