@@ -83,11 +83,13 @@ def git(
     token: str | None = None,
     timeout: float = 600,
     git_dir: Path | None = None,
+    answers: tuple[int, ...] = (0,),
 ) -> str:
     """Run one git command and return its stdout without the trailing newline.
 
     With git_dir, cwd is the work tree and its `.git` (which an agent could rewrite) is
-    never read.
+    never read. answers: the exit codes that are answers, not failures (`merge-tree` says
+    "conflicts" with 1).
     """
     place = [] if git_dir is None else [f"--git-dir={git_dir}", f"--work-tree={cwd}"]
     argv = ["git", *SAFE_OPTIONS, *place, *args]
@@ -106,7 +108,7 @@ def git(
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         raise GitError(f"git {_name(args)} timed out after {timeout:g} s") from None
-    if proc.returncode != 0:
+    if proc.returncode not in answers:
         message = err.decode("utf-8", errors="replace").strip()
         raise GitError(redact(f"git {_name(args)} failed ({proc.returncode}): {message}", token))
     return out.decode("utf-8", errors="replace").rstrip("\n")

@@ -88,6 +88,14 @@ class Flag:
 
 
 @dataclass(frozen=True)
+class Conflict:
+    """A merge of the diff with another line of work would conflict in these files."""
+
+    other: str  # what it was merged with, as people read it: `main`, plan #12 (octo/w#5)
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class DiffReport:
     """What the agent changed, and what of it needs a reviewer's eye.
 
@@ -97,7 +105,8 @@ class DiffReport:
       protects: that is never acceptable, whatever else the diff does;
     - `neutral` when the diff only carries notes (files outside the plan's scope, CI
       workflows, gaffer's own config, dependency manifests, the test runner's config, more
-      files than `max_files`): these can be right, but a human should look before merging;
+      files than `max_files`, a predicted merge conflict with the default branch or another
+      plan in flight): these can be right, but a human should look before merging;
     - `success` when nothing is flagged.
     """
 
@@ -111,6 +120,7 @@ class DiffReport:
     test_runner_changed: tuple[str, ...] = ()
     protected_touched: tuple[str, ...] = ()
     max_files: int | None = None
+    conflicts: tuple[Conflict, ...] = ()
 
     @property
     def files(self) -> int:
@@ -135,6 +145,7 @@ class DiffReport:
             Flag("dependency manifests changed", self.manifests_changed),
             Flag("test runner config changed", self.test_runner_changed),
             Flag(f"more than {self.max_files} files changed", self._over_limit(), list_paths=False),
+            *(Flag(f"conflicts with {each.other}", each.files) for each in self.conflicts),
         )
         return tuple(flag for flag in candidates if flag.paths)
 
@@ -170,6 +181,26 @@ class DiffReport:
         if self.max_files is None or self.files <= self.max_files:
             return ()
         return tuple(change.path for change in self.changes)
+
+
+def merge_conflicts(repo: Path, head_sha: str, others: Sequence[tuple[str, str]]) -> list[Conflict]:
+    """The files a merge of head with each other commit (name, commit-ish) would conflict in;
+    a commit the repository does not have (another machine's unpushed work) is skipped."""
+    found = []
+    for name, commit in others:
+        if not git(
+            ["rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"], cwd=repo, answers=(0, 1)
+        ):
+            continue
+        merged = git(
+            ["merge-tree", "--write-tree", "--name-only", "--no-messages", head_sha, commit],
+            cwd=repo,
+            answers=(0, 1),
+        )
+        files = tuple(dict.fromkeys(line for line in merged.splitlines()[1:] if line))
+        if files:
+            found.append(Conflict(name, files))
+    return found
 
 
 def changed_files(repo: Path, base_sha: str, head_sha: str) -> list[FileChange]:
@@ -215,6 +246,7 @@ def analyse(
     scope: Sequence[str],
     protected_paths: Sequence[str],
     max_files: int | None = None,
+    conflicts: Sequence[Conflict] = (),
 ) -> DiffReport:
     """Judge the changes against the plan's scope and the repository's protected paths."""
     return DiffReport(
@@ -228,6 +260,7 @@ def analyse(
         test_runner_changed=_touching(changes, is_test_runner_config),
         protected_touched=_touching(changes, lambda path: matches_any(protected_paths, path)),
         max_files=max_files,
+        conflicts=tuple(conflicts),
     )
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import select
 
 from bot.costs import Spend
-from bot.models import CheckResult, Job
+from bot.models import CheckResult, Job, Plan, PlanState
 from bot.repo_config import DIFF_CHECK, Check
 from tasks.checks.checkruns import (
     CheckOutput,
@@ -24,7 +24,7 @@ from tasks.checks.checkruns import (
     fit_head,
     fit_title,
 )
-from tasks.checks.diffcheck import analyse, changed_files, plan_scope
+from tasks.checks.diffcheck import analyse, changed_files, merge_conflicts, plan_scope
 from tasks.isolation.netns import offline_argv
 from tasks.isolation.runner import RunResult, run_process, sandbox_env
 from tasks.recovery.strays import worktree_mark
@@ -181,15 +181,41 @@ def _restore(worktree: Path) -> None:
 
 
 def _diff_check(space: Workspace, head_sha: str) -> CheckOutput:
-    """What the diff changed against the plan's scope and the protected paths."""
+    """What the diff changed against the plan's scope and the protected paths, and where
+    merging it would conflict with the default branch or another plan in flight."""
     report = analyse(
         changed_files(space.mirror, space.plan.base_sha or "", head_sha),
         scope=plan_scope(space.plan_text),
         protected_paths=list(space.config.protected_paths),
+        conflicts=merge_conflicts(space.mirror, head_sha, _merged_with(space)),
     )
     return CheckOutput(
         conclusion=report.conclusion, title=report.title, summary=report.summary, text=""
     )
+
+
+IN_FLIGHT = (PlanState.EXECUTING, PlanState.VERIFYING, PlanState.IN_REVIEW, PlanState.PR_OPEN)
+
+
+def _merged_with(space: Workspace) -> list[tuple[str, str]]:
+    """The lines of work the diff will meet: the default branch, and every other plan of the
+    repository with a head of its own, from execution to an open pull request."""
+    with space.wctx.db.session() as session:
+        siblings = session.execute(
+            select(Plan.id, Plan.issue_number, Plan.head_sha)
+            .where(
+                Plan.repository_id == space.plan.repository_id,
+                Plan.id != space.plan.id,
+                Plan.state.in_(IN_FLIGHT),
+                Plan.head_sha.is_not(None),
+            )
+            .order_by(Plan.id)
+        ).all()
+    repository = space.plan.repository.full_name
+    return [
+        (f"`{space.default_branch}`", f"refs/remotes/origin/{space.default_branch}"),
+        *((f"plan #{id_} ({repository}#{issue})", sha) for id_, issue, sha in siblings if sha),
+    ]
 
 
 # The built-in checks by name (bot/repo_config.py's BUILT_IN_CHECKS), run in this order.

@@ -7,10 +7,12 @@ from pathlib import Path
 import pytest
 
 from tasks.checks.diffcheck import (
+    Conflict,
     DiffReport,
     FileChange,
     analyse,
     changed_files,
+    merge_conflicts,
     parse_numstat,
     path_matches,
     plan_scope,
@@ -277,3 +279,29 @@ def _commit(repo: Path, message: str) -> str:
     git(["add", "--all"], cwd=repo)
     git(["commit", "--quiet", "-m", message], cwd=repo)
     return git(["rev-parse", "HEAD"], cwd=repo)
+
+
+def test_a_predicted_merge_conflict_names_the_other_work_and_its_files(tmp_path: Path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(["init", "--quiet", "--initial-branch=main"], cwd=repo)
+    _write(repo, {"widgets.py": "VALUE = 1\n", "docs.md": "docs\n", "other.py": "X = 1\n"})
+    base = _commit(repo, "base")
+    _write(repo, {"widgets.py": "VALUE = 'mine'\n", "docs.md": "my docs\n"})
+    mine = _commit(repo, "mine")
+    git(["checkout", "--quiet", "-b", "sibling", base], cwd=repo)
+    _write(repo, {"widgets.py": "VALUE = 'theirs'\n", "other.py": "X = 2\n"})
+    sibling = _commit(repo, "sibling")
+    git(["checkout", "--quiet", "-b", "elsewhere", base], cwd=repo)
+    _write(repo, {"other.py": "X = 3\n"})
+    apart = _commit(repo, "touches only other.py")
+
+    others = [("plan #7 (octo/widgets#3)", sibling), ("`main`", apart), ("gone", "f" * 40)]
+    conflicts = merge_conflicts(repo, mine, others)
+    assert conflicts == [Conflict("plan #7 (octo/widgets#3)", ("widgets.py",))]
+    verdict = analyse(
+        changed_files(repo, base, mine), scope=(), protected_paths=(), conflicts=conflicts
+    )
+    assert verdict.conclusion == "neutral"  # a reviewer looks; it is not the agent's fault
+    assert "conflicts with plan #7 (octo/widgets#3)" in verdict.title
+    assert "`widgets.py`" in verdict.summary
