@@ -6,7 +6,7 @@ from typing import Any
 
 from celery import Celery
 
-from bot.redis_broker import TRANSPORT
+from bot import redis_broker, sql_broker
 from bot.settings import Settings
 
 PROCESS_DELIVERY = "gaffer.process_delivery"
@@ -28,12 +28,11 @@ def make_celery(settings: Settings, *, web: bool = False) -> Celery:
     The web app's (web=True) gives up on the broker at once: the receiver must answer
     GitHub, and a delivery it could not send stays in the outbox for the reconciler.
     """
-    celery = Celery("gaffer", broker=settings.broker_url, set_as_current=False)
+    broker, transport = _broker(settings.broker_url)
+    celery = Celery("gaffer", broker=broker, set_as_current=False)
     every = settings.reconcile_every_s
-    if settings.broker_url.startswith("redis://"):
-        # bot/redis_broker.py says why. Not for rediss://, whose TLS kombu turns on only
-        # when it picks the transport from the URL itself.
-        celery.conf.broker_transport = TRANSPORT
+    if transport is not None:
+        celery.conf.broker_transport = transport
     celery.conf.update(
         task_routes={name: {"queue": queue} for name, queue in QUEUE_OF.items()},
         task_default_queue="github",
@@ -53,6 +52,19 @@ def make_celery(settings: Settings, *, web: bool = False) -> Celery:
         worker_hijack_root_logger=False,
     )
     return celery
+
+
+def _broker(url: str) -> tuple[str, str | None]:
+    """The broker URL for Celery, and kombu's transport with gaffer's fixes where they apply
+    (bot/redis_broker.py, bot/sql_broker.py say why). Not for rediss://, whose TLS kombu
+    turns on only when it picks the transport from the URL itself."""
+    if url.startswith(sql_broker.URL_PREFIX):
+        # The prefix would make kombu pick its own transport from the URL; given explicitly,
+        # the SQL transport reads the rest of the URL as SQLAlchemy's.
+        return url.removeprefix(sql_broker.URL_PREFIX), sql_broker.TRANSPORT
+    if url.startswith("redis://"):
+        return url, redis_broker.TRANSPORT
+    return url, None
 
 
 def _transport_options(settings: Settings, *, web: bool) -> dict[str, Any]:

@@ -233,12 +233,13 @@ def start_worker(settings: Settings, github_server: str, server_config: Path, tm
         lease_seconds: int = 60,
         beat: bool = False,
         wait: bool = True,
+        home: Path | None = None,
     ) -> WorkerProcess:
         env = {
             **os.environ,
             "WEBHOOK_SECRET": WEBHOOK_SECRET,
             "GAFFER_DEFAULT_AGENT": "script",
-            "GAFFER_HOME": str(settings.home),
+            "GAFFER_HOME": str(home or settings.home),  # another home: another machine
             "DATABASE_URL": settings.database_url,
             "BROKER_URL": broker_url or settings.broker_url,
             "GITHUB_API_URL": github_server,
