@@ -124,7 +124,10 @@ class Settings:
             port=read(lambda: _whole_number(env, _port_variable(env), 8000, 1, 65535), 8000),
             default_agent=env.get("GAFFER_DEFAULT_AGENT") or None,
             server_config=read(
-                lambda: _jam_routes_checked(_server_config(env.get("GAFFER_CONFIG"))), {}
+                lambda: _limits_checked(
+                    _jam_routes_checked(_server_config(env.get("GAFFER_CONFIG")))
+                ),
+                {},
             ),
             jam_webhook_secret=read(
                 lambda: _jam_secret(env.get("JAM_WEBHOOK_SECRET", "").strip()), None
@@ -236,6 +239,28 @@ def _jam_routes_checked(config: Mapping[str, Any]) -> Mapping[str, Any]:
     except JamConfigError as error:
         raise SettingsError(f"GAFFER_CONFIG: {error}") from error
     return config
+
+
+# What `limits:` may set: one number for every repository or account, or one per name.
+LIMIT_KEYS = {"repository": False, "account": False, "repositories": True, "accounts": True}
+
+
+def _limits_checked(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`limits:` (tasks/slots.py): whole numbers ≥ 1, alone or by repository and key name."""
+    limits = config.get("limits") or {}
+    if not isinstance(limits, dict) or set(limits) - set(LIMIT_KEYS):
+        raise SettingsError(f"GAFFER_CONFIG: limits may set only {', '.join(LIMIT_KEYS)}")
+    for key, value in limits.items():
+        by_name = LIMIT_KEYS[key]
+        numbers = value.values() if isinstance(value, dict) else [value]
+        if by_name != isinstance(value, dict) or not all(_whole(each) for each in numbers):
+            shape = "a mapping of names to whole numbers ≥ 1" if by_name else "a whole number ≥ 1"
+            raise SettingsError(f"GAFFER_CONFIG: limits.{key} must be {shape}")
+    return config
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def _private_key(env: Mapping[str, str]) -> str | None:

@@ -101,7 +101,8 @@ def run_stage_agent(
     if result.over_budget:
         raise OverBudget(_over_budget_message(plan, config))
     if result.quota is None:
-        answered(wctx.db, account)
+        if result.run.returncode is not None:  # it ran, so the provider was reachable
+            answered(wctx.db, account)
     else:
         until = quota_reset(result.quota.retry_after_s)
         limit_met(wctx.db, account, job.id, until, result.quota.reason)

@@ -45,3 +45,29 @@ def test_the_machine_reaper_interval_is_read(raw, every_s) -> None:
 def test_a_bad_reaper_interval_is_refused(raw) -> None:
     with pytest.raises(ValueError, match="reap_every_s"):
         reap_every_s(raw)
+
+
+@pytest.mark.parametrize(
+    ("limits", "why"),
+    [
+        pytest.param("{repository: 0}", "limits.repository must be a whole number", id="zero"),
+        pytest.param("{account: two}", "limits.account must be a whole number", id="words"),
+        pytest.param(
+            "{repositories: 2}", "limits.repositories must be a mapping", id="not by name"
+        ),
+        pytest.param("{accounts: {K: -1}}", "limits.accounts must be a mapping", id="a bad one"),
+        pytest.param("{machines: 2}", "limits may set only", id="an unknown limit"),
+    ],
+)
+def test_a_bad_concurrency_limit_stops_gaffer_from_starting(tmp_path, limits, why) -> None:
+    config = tmp_path / "gaffer.yml"
+    config.write_text(f"limits: {limits}\n")
+    with pytest.raises(SettingsError, match=why):
+        Settings.from_env({**BASE, "GAFFER_CONFIG": str(config)})
+
+
+def test_concurrency_limits_are_read(tmp_path) -> None:
+    config = tmp_path / "gaffer.yml"
+    config.write_text("limits: {repository: 2, accounts: {ANTHROPIC_API_KEY: 1}}\n")
+    read = Settings.from_env({**BASE, "GAFFER_CONFIG": str(config)}).server_config["limits"]
+    assert read == {"repository": 2, "accounts": {"ANTHROPIC_API_KEY": 1}}
