@@ -137,12 +137,14 @@ def where_it_stands(db: Database, job_id: int, scope: Scope) -> str:
 
 
 def mark_waiting(db: Database, job_id: int, scope: Scope | None) -> None:
-    """Record which limit the job waits under (none once it runs)."""
+    """Record which limit the job waits under; once it has its slots, none, and its work
+    starts now (for lead times, the wait is not machine time)."""
+    started = {} if scope else {"started_at": utcnow()}
     with db.session() as session:
         session.execute(
             update(Job)
             .where(Job.id == job_id)
-            .values(waiting_on=scope.key if scope else None)
+            .values(waiting_on=scope.key if scope else None, **started)
             .execution_options(synchronize_session=False)
         )
 

@@ -16,6 +16,7 @@ import pytest
 import requests
 import yaml
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
@@ -229,14 +230,18 @@ def test_a_running_jobs_transcript_shows_while_it_runs(
         return links[0].get_attribute("href") if links else None
 
     browser.get(wait_for(running_job_link, what="the plan job in the queue's running list"))
-    assert text(browser, "job-state") == "running"
 
     def transcript() -> str:
         browser.refresh()  # what the page's own reload does every few seconds
-        logs = browser.find_elements(By.CSS_SELECTOR, "pre.log[data-name='agent.log']")
-        return logs[0].text if logs else ""
+        try:
+            state = text(browser, "job-state")
+            logs = browser.find_elements(By.CSS_SELECTOR, "pre.log[data-name='agent.log']")
+            return f"{state}: {logs[0].text}" if logs and logs[0].text else ""
+        except StaleElementReferenceException:  # the page reloaded itself meanwhile
+            return ""
 
-    assert "reading widgets.py" in wait_for(transcript, what="the agent's first line")
+    shown = wait_for(transcript, what="the agent's first line")
+    assert shown.startswith("running: ") and "reading widgets.py" in shown
     assert browser.find_elements(By.CSS_SELECTOR, "meta[http-equiv='refresh']")
     shot(browser, "5-job-running")
     flow.comment("/cancel")
