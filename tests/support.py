@@ -14,6 +14,7 @@ from typing import Any
 
 import redis
 import requests
+import yaml
 from sqlalchemy import create_engine, text
 
 from bot.models import Base
@@ -45,6 +46,21 @@ class Backend:
         for key in client.scan_iter(match=f"{prefix}*"):
             client.delete(key)
         client.close()
+
+
+def write_server_config(path: Path, agents: dict[str, Any], read_only: list[Path]) -> Path:
+    """Write a GAFFER_CONFIG with fake agents, whose files (in the source tree or the test's
+    folder, outside the sandbox's toolchain) the sandbox is to show read-only."""
+    config = {
+        "agent_timeout_s": 60,
+        "agent_idle_timeout_s": 30,
+        "github_seconds_between_requests": 0,
+        "github_seconds_between_writes": 0,
+        "agents": agents,
+        "sandbox": {"read_only": [str(folder) for folder in read_only]},
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
 
 
 def sign(body: bytes, secret: str = WEBHOOK_SECRET) -> str:

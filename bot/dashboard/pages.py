@@ -151,15 +151,14 @@ def costs() -> str:
         totals = cost_totals(session, repositories=repositories)
         leads = insights.lead_times(session, repositories)
         passes = insights.first_pass(session, repositories)
-    dollars = _dollars
     return render_template(
         "dashboard/costs.html",
         totals=totals,
         leads=leads,
         passes=passes,
-        by_repository=charts.bars("dollars by repository", _floats(totals.by_repository), dollars),
-        by_agent=charts.bars("dollars by agent and model", _floats(totals.by_agent), dollars),
-        by_day=charts.bars("dollars by day", _floats(totals.by_day), dollars),
+        by_repository=charts.bars("dollars by repository", _floats(totals.by_repository), _dollars),
+        by_agent=charts.bars("dollars by agent and model", _floats(totals.by_agent), _dollars),
+        by_day=charts.bars("dollars by day", _floats(totals.by_day), _dollars),
         lead_chart=charts.stacked(
             "lead time from label to merge",
             {lead.reference: (lead.people_s, lead.machine_s, lead.parked_s) for lead in leads},

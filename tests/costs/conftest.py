@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
+
+from tests.support import write_server_config
 
 FAKES = Path(__file__).resolve().parents[1] / "fixtures" / "fake_agents"
 
@@ -32,18 +33,5 @@ def server_config(tmp_path: Path) -> Path:
         ],
         "output": "claude-json",
     }
-    path = tmp_path / "gaffer-server.yml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "agent_timeout_s": 60,
-                "agent_idle_timeout_s": 30,
-                "github_seconds_between_requests": 0,
-                "github_seconds_between_writes": 0,
-                "agents": agents,
-                # The fake CLIs live in the source tree, outside the sandbox's toolchain.
-                "sandbox": {"read_only": [str(FAKES.parent)]},
-            }
-        )
-    )
-    return path
+    # The fake CLIs live in the source tree, outside the sandbox's toolchain.
+    return write_server_config(tmp_path / "gaffer-server.yml", agents, [FAKES.parent])

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import requests
-import yaml
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
@@ -27,7 +26,7 @@ from double.loopback import serve_on_loopback
 from double.oauth import CLIENT_ID, CLIENT_SECRET
 from double.origin import commit_to_origin
 from tests.conftest import INSTALLATION_ID, REPO
-from tests.support import WEBHOOK_SECRET, wait_for
+from tests.support import WEBHOOK_SECRET, wait_for, write_server_config
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("GAFFER_TEST_ARTIFACTS", ROOT / "test-artifacts")) / "dashboard"
@@ -44,24 +43,11 @@ checks:
 @pytest.fixture
 def server_config(tmp_path: Path) -> Path:
     """An agent that does the work and says what it cost, as Claude Code does."""
-    path = tmp_path / "gaffer-server.yml"
     agent = {
         "command": ["{python}", str(FAKES / "paid_writer.py"), "{prompt_file}"],
         "output": "claude-json",
     }
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "agent_timeout_s": 60,
-                "agent_idle_timeout_s": 30,
-                "github_seconds_between_requests": 0,
-                "github_seconds_between_writes": 0,
-                "agents": {"paid": agent},
-                "sandbox": {"read_only": [str(FAKES)]},
-            }
-        )
-    )
-    return path
+    return write_server_config(tmp_path / "gaffer-server.yml", {"paid": agent}, [FAKES])
 
 
 @pytest.fixture

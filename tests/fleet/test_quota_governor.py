@@ -8,14 +8,13 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 from sqlalchemy import select
 
 from bot.models import Job, Plan, PlanState
 from double.driver import IssueFlow
 from double.origin import commit_to_origin
 from tests.conftest import INSTALLATION_ID, REPO
-from tests.support import WEBHOOK_SECRET, wait_for
+from tests.support import WEBHOOK_SECRET, wait_for, write_server_config
 
 FAKES = Path(__file__).resolve().parents[1] / "fixtures" / "fake_agents"
 ISSUES = 10
@@ -37,20 +36,9 @@ def server_config(tmp_path: Path, until_file: Path) -> Path:
         "command": ["{python}", str(FAKES / "limited.py"), "{prompt_file}", str(until_file)],
         "output": "claude-json",
     }
-    path = tmp_path / "gaffer-server.yml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "agent_timeout_s": 60,
-                "agent_idle_timeout_s": 30,
-                "github_seconds_between_requests": 0,
-                "github_seconds_between_writes": 0,
-                "agents": {"limited": agent},
-                "sandbox": {"read_only": [str(FAKES), str(until_file.parent)]},
-            }
-        )
+    return write_server_config(
+        tmp_path / "gaffer-server.yml", {"limited": agent}, [FAKES, until_file.parent]
     )
-    return path
 
 
 def refused_runs(home: Path) -> int:
