@@ -51,7 +51,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as error:
         print(f"gaffer: {error}", file=sys.stderr)
         return 2
-    return _COMMANDS[args.command](settings, args)
+    try:
+        return _COMMANDS[args.command](settings, args)
+    except KeyboardInterrupt:
+        print(f"gaffer {args.command}: stopped", file=sys.stderr)
+        return 128 + signal.SIGINT
 
 
 def _db(settings: Settings, _args: argparse.Namespace) -> int:
@@ -77,59 +81,64 @@ def _worker(_settings: Settings, args: argparse.Namespace) -> int:
 def _run(settings: Settings, args: argparse.Namespace) -> int:
     _db(settings, args)
     slots = str(settings.server_config.get("agent_slots", 2))
+    stop = _Stop()  # before any part starts, so none is left behind by an early Ctrl-C
     children = [
-        subprocess.Popen(_web_argv(settings)),
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tasks.worker",
-                "github",
-                "--concurrency",
-                "4",
-                "--beat",
-                "--name",
-                "github@%h",
-            ]
+        _child(_web_argv(settings)),
+        _child(
+            [sys.executable, "-m", "tasks.worker", "github", "--concurrency", "4", "--beat"]
+            + ["--name", "github@%h"]
         ),
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tasks.worker",
-                "agent",
-                "--concurrency",
-                slots,
-                "--name",
-                "agent@%h",
-            ]
+        _child(
+            [sys.executable, "-m", "tasks.worker", "agent", "--concurrency", slots]
+            + ["--name", "agent@%h"]
         ),
     ]
     print(
         f"gaffer: listening on http://0.0.0.0:{settings.port} "
         f"({'embedded' if settings.embedded else 'servers'}); Ctrl-C stops everything"
     )
-    return _supervise(children)
+    return _supervise(children, stop)
 
 
-def _supervise(children: list[subprocess.Popen[bytes]]) -> int:
+def _child(argv: list[str]) -> subprocess.Popen[bytes]:
+    # Each part in its own process group: a terminal's Ctrl-C reaches gaffer alone, which
+    # stops the parts in order, rather than catching a part halfway through its start.
+    return subprocess.Popen(argv, process_group=0)
+
+
+# How long the parts may take to stop once asked (a worker's warm shutdown waits for its
+# running tasks); then they are killed, and a killed job is taken up again later.
+_STOP_GRACE_S = 30
+
+
+class _Stop:
+    """SIGINT or SIGTERM noted, not raised: the supervisor stops the parts when it sees it."""
+
+    def __init__(self) -> None:
+        self.asked = False
+        signal.signal(signal.SIGTERM, self._note)
+        signal.signal(signal.SIGINT, self._note)
+
+    def _note(self, _signum: int, _frame: object) -> None:
+        self.asked = True
+
+
+def _supervise(children: list[subprocess.Popen[bytes]], stop: _Stop) -> int:
     # When one part dies or we are asked to stop, stop them all.
-    stopping = False
-
-    def stop(_signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    while not stopping and all(child.poll() is None for child in children):
+    while not stop.asked and all(child.poll() is None for child in children):
         time.sleep(0.2)
     for child in children:
         if child.poll() is None:
             child.terminate()
+    deadline = time.monotonic() + _STOP_GRACE_S
     for child in children:
-        child.wait(timeout=30)
-    return 0 if stopping else 1
+        try:
+            child.wait(timeout=max(deadline - time.monotonic(), 0))
+        except subprocess.TimeoutExpired:
+            # Its own process group holds it and what it started: none is left running.
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+    return 0 if stop.asked else 1
 
 
 def _web_argv(settings: Settings) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 from typing import Any
 
@@ -157,4 +158,9 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        # Ctrl-C before Celery has put in its own handlers (still importing, say) is a stop
+        # asked for, not a failure: end as a shell does for SIGINT, without a traceback.
+        sys.exit(128 + signal.SIGINT)
