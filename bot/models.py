@@ -163,6 +163,8 @@ class Plan(Base):
     budget_usd: Mapped[Decimal | None] = mapped_column(Numeric(12, 2))
     agent: Mapped[str | None] = mapped_column(String(100))
     model: Mapped[str | None] = mapped_column(String(200))
+    # 0 is the most urgent; None takes the repository's `priority` (tasks/slots.py reads it).
+    priority: Mapped[int | None] = mapped_column(Integer)
     status_comment_id: Mapped[int | None] = mapped_column(BigInteger)
     # Set by the one publisher posting the first status comment, so no other posts one too.
     status_claimed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -195,6 +197,9 @@ class PlanRevision(Base):
     # The lessons the revision was written with (bot/memory.py, Used.to_json): shown on the
     # plan, and the only ones its execution reads.
     memory: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
+    # The files the revision says it will change (its Scope section, paths or globs): two
+    # approved plans whose scopes meet do not execute at once (tasks/forecast.py).
+    scope: Mapped[list[str] | None] = mapped_column(JSON)
 
     plan: Mapped[Plan] = relationship(back_populates="revisions")
 
@@ -288,6 +293,8 @@ class Approval(Base):
     sha: Mapped[str | None] = mapped_column(String(40))
     approver: Mapped[str] = mapped_column(String(200))
     comment_id: Mapped[int] = mapped_column(BigInteger)
+    # `/approve parallel`: the plan may execute beside plans whose scopes meet its own.
+    parallel: Mapped[bool] = mapped_column(default=False, server_default=text("false"))
     voided_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
