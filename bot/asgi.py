@@ -1,21 +1,26 @@
 """The web front: whole requests are read on an event loop, then Flask answers in a thread.
 
 gunicorn's asyncio worker runs this. A request's body is read in full, within
-`GAFFER_BODY_SECONDS` and `max_body_bytes`, before asgiref's WSGI adapter hands it to
-the Flask app on a thread. A client that trickles its body holds a coroutine and a
-socket, never one of the threads that answer GitHub, and is cut off at the deadline
-with 408. Run it with `gunicorn --worker-class asgi 'bot.asgi:create_asgi_app()'`;
-`gaffer web` and `gaffer run` do.
+`GAFFER_BODY_SECONDS` and `max_body_bytes`, before the Flask app is called with it on one
+of a pool of threads. A client that trickles its body holds a coroutine and a socket,
+never one of the threads that answer GitHub, and is cut off at the deadline with 408.
+Run it with `gunicorn --worker-class asgi 'bot.asgi:create_asgi_app()'`; `gaffer web`
+and `gaffer run` do.
+
+Flask's answer is collected whole on its thread and sent in one message: gaffer's answers
+are small (a JSON line, a dashboard page, a bundle built in memory), and one hop back to
+the loop per request costs far less than one per chunk.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, MutableMapping
+import io
+import sys
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from asgiref.sync import ThreadSensitiveContext
-from asgiref.wsgi import WsgiToAsgi
 from flask import Flask
 
 from bot.app import create_app
@@ -25,6 +30,11 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+# Threads per web worker process that answer requests: enough that requests waiting on
+# GitHub (the dashboard's sign-in) or a hung broker leave threads for GitHub's deliveries.
+WEB_THREADS = 64
 
 
 class _TooLarge(Exception):
@@ -60,10 +70,7 @@ class WholeRequests:
             return
         except _Gone:
             return
-        # Each request gets its own thread: one that waits on the database or the broker
-        # does not hold up the others.
-        async with ThreadSensitiveContext():
-            await self.app(scope, _replay(body), send)
+        await self.app(scope, _replay(body), send)
 
     async def _body(self, receive: Receive) -> bytes:
         chunks: list[bytes] = []
@@ -79,6 +86,81 @@ class WholeRequests:
             chunks.append(chunk)
             if not message.get("more_body"):
                 return b"".join(chunks)
+
+
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+class WsgiOnThreads:
+    """Answer each whole request with a WSGI app on a pool of threads.
+
+    The pool keeps its threads and starts another only when all are busy, so a request
+    that waits on the database, the broker or GitHub does not hold up the others.
+    """
+
+    def __init__(self, app: WSGIApp, *, threads: int) -> None:
+        self.app = app
+        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="gaffer-web")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        message = await receive()
+        environ = wsgi_environ(scope, message.get("body") or b"")
+        loop = asyncio.get_running_loop()
+        status, headers, body = await loop.run_in_executor(self.pool, self._respond, environ)
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    def _respond(self, environ: dict[str, Any]) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        started: list[tuple[int, list[tuple[bytes, bytes]]]] = []
+
+        def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None):
+            if exc_info and started:
+                raise exc_info[1].with_traceback(exc_info[2])
+            encoded = [
+                (name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers
+            ]
+            started[:] = [(int(status.split(" ", 1)[0]), encoded)]
+
+        chunks = self.app(environ, start_response)
+        try:
+            body = b"".join(chunks)
+        finally:
+            if hasattr(chunks, "close"):
+                chunks.close()
+        return *started[0], body
+
+
+def wsgi_environ(scope: Scope, body: bytes) -> dict[str, Any]:
+    """Return the WSGI environ (PEP 3333) of an ASGI HTTP request whose body is body."""
+    root = scope.get("root_path", "").encode().decode("latin-1")
+    path = scope["path"].encode().decode("latin-1")
+    server = scope.get("server") or ("localhost", 80)
+    environ: dict[str, Any] = {
+        "REQUEST_METHOD": scope["method"],
+        "SCRIPT_NAME": root,
+        "PATH_INFO": path.removeprefix(root),
+        "QUERY_STRING": scope.get("query_string", b"").decode("latin-1"),
+        "SERVER_NAME": server[0],
+        "SERVER_PORT": str(server[1] or 0),
+        "SERVER_PROTOCOL": f"HTTP/{scope.get('http_version', '1.1')}",
+        "wsgi.version": (1, 0),
+        "wsgi.url_scheme": scope.get("scheme", "http"),
+        "wsgi.input": io.BytesIO(body),
+        "wsgi.errors": sys.stderr,
+        "wsgi.multithread": True,
+        "wsgi.multiprocess": True,
+        "wsgi.run_once": False,
+    }
+    if scope.get("client"):
+        environ["REMOTE_ADDR"] = scope["client"][0]
+    for raw_name, raw_value in scope.get("headers") or ():
+        name = raw_name.decode("latin-1").upper().replace("-", "_")
+        if name not in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+            name = f"HTTP_{name}"
+        value = raw_value.decode("latin-1")
+        # Repeated headers are joined, as a WSGI server joins them.
+        environ[name] = f"{environ[name]},{value}" if name in environ else value
+    return environ
 
 
 def _replay(body: bytes) -> Receive:
@@ -136,5 +218,7 @@ def front(app: Flask) -> WholeRequests:
     """Put a Flask app built by create_app behind the whole-request front."""
     settings = app.config["GAFFER"]
     return WholeRequests(
-        WsgiToAsgi(app), max_bytes=settings.max_body_bytes, seconds=settings.body_seconds
+        WsgiOnThreads(app, threads=WEB_THREADS),
+        max_bytes=settings.max_body_bytes,
+        seconds=settings.body_seconds,
     )
