@@ -118,7 +118,16 @@ class Delivery(Base):
     """One webhook delivery as received; the outbox work is enqueued from."""
 
     __tablename__ = "deliveries"
-    __table_args__ = (UniqueConstraint("source", "hook_id", "delivery_id"),)
+    __table_args__ = (
+        UniqueConstraint("source", "hook_id", "delivery_id"),
+        # The outbox: rows not yet handed to the broker (bot/outbox.py).
+        Index(
+            "ix_deliveries_unsent",
+            "id",
+            postgresql_where=text("enqueued_at IS NULL"),
+            sqlite_where=text("enqueued_at IS NULL"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     source: Mapped[str] = mapped_column(String(20))
