@@ -132,10 +132,11 @@ def _spec(
 REGISTRY: tuple[CommandSpec, ...] = (
     _spec(
         "approve",
-        "[rN]",
-        "Approve the current plan revision (bound to revision N when given).",
+        "[rN] [parallel]",
+        "Approve the current plan revision (bound to revision N when given); `parallel` "
+        "lets it execute beside plans whose file scopes meet its own.",
         Who.WRITER,
-        r"(?:r(?P<revision>[1-9]\d{0,5}))?",
+        r"(?:r(?P<revision>[1-9]\d{0,5}))?(?:(?:^|\s+)(?P<parallel>parallel))?",
         re.IGNORECASE,
         states=(PlanState.DRAFT,),
     ),

@@ -28,6 +28,19 @@ BUILT_IN_CHECKS = (DIFF_CHECK,)
 RESERVED_CHECK_NAMES = frozenset(BUILT_IN_CHECKS)
 
 
+# A plan's priority, 0 the most urgent: the repository's `priority`, or an issue's label
+# `gaffer: p0` .. `gaffer: p3`. Under a concurrency limit the more urgent job goes first.
+DEFAULT_PRIORITY = 2
+LOWEST_PRIORITY = 3
+PRIORITY_LABEL = re.compile(r"gaffer:\s*p([0-3])", re.IGNORECASE)
+
+
+def priority_in_labels(labels: list[dict[str, Any]]) -> int | None:
+    """The most urgent `gaffer: pN` label among an issue's labels, or None."""
+    found = [PRIORITY_LABEL.fullmatch((label.get("name") or "").strip()) for label in labels]
+    return min((int(match[1]) for match in found if match), default=None)
+
+
 class RepoConfigError(Exception):
     """The repository's config is invalid; the message says what to fix."""
 
@@ -86,6 +99,7 @@ class RepoConfig:
     require_green: bool = True
     checks_network: bool = True
     budget: Budget = field(default_factory=Budget)
+    priority: int = DEFAULT_PRIORITY
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -187,6 +201,7 @@ def _validate(raw: dict[str, Any]) -> RepoConfig:
         require_green=_bool(raw, "require_green"),
         checks_network=_bool(raw, "checks_network"),
         budget=_budget(raw.get("budget") or {}),
+        priority=_int(raw, "priority", low=0, high=LOWEST_PRIORITY),
         extra=extra,
     )
 

@@ -124,6 +124,8 @@ class Comment:
     via_app: bool = False
     created_at: datetime = field(default_factory=_now)
     updated_at: datetime = field(default_factory=_now)
+    # What the comment said before each edit, oldest first (GitHub keeps an edit history).
+    earlier: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -718,6 +720,12 @@ class GitHubState:
         """Put a label on an issue as a person would, before GitHub sends `issues.labeled`."""
         with self.lock:
             self.attach_label(self.issue_record(full_name, number), name)
+
+    def take_label(self, full_name: str, number: int, name: str) -> None:
+        """Take a label off an issue as a person would, before GitHub sends `unlabeled`."""
+        with self.lock:
+            found = self.issue_record(full_name, number)
+            found.labels = [each for each in found.labels if each.lower() != name.lower()]
 
     def open_pull_as(
         self,
@@ -1337,6 +1345,7 @@ def update_comment(owner: str, repo: str, comment_id: int) -> ResponseReturnValu
     comment = _comment(owner, repo, comment_id)
     if not comment.via_app:
         raise GitHubError(403, "Resource not accessible by integration")
+    comment.earlier.append(comment.body)
     comment.body = _body()["body"]
     comment.updated_at = _now()
     return jsonify(_render().comment(comment))

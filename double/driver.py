@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from collections.abc import Callable
@@ -58,12 +59,27 @@ class IssueFlow:
 
     @property
     def issue(self) -> dict[str, Any]:
-        return issue(self.number, title=self.title, body=self.body, author=self.author)
+        """The issue as a payload carries it, with its labels as they are now."""
+        shown = issue(self.number, title=self.title, body=self.body, author=self.author)
+        with contextlib.suppress(KeyError):  # an issue not opened on the double has none
+            labels = self.github.issue_labels(self.full_name, self.number)
+            shown["labels"] = [{"name": name} for name in labels]
+        return shown
 
     def label(self, name: str = "gaffer") -> None:
         """Label the issue on the double, then deliver `issues.labeled`, as GitHub does."""
         self.github.add_label(self.full_name, self.number, name)
-        payload = labeled(self.repo, self.issue, label=name, installation_id=self.installation_id)
+        self._label_event(name, "labeled")
+
+    def unlabel(self, name: str) -> None:
+        """Take the label off on the double, then deliver `issues.unlabeled`."""
+        self.github.take_label(self.full_name, self.number, name)
+        self._label_event(name, "unlabeled")
+
+    def _label_event(self, name: str, action: str) -> None:
+        payload = labeled(
+            self.repo, self.issue, label=name, installation_id=self.installation_id, action=action
+        )
         delivery_id = f"flow-{next(_deliveries)}"
         response = deliver(
             self.client, "issues", payload, secret=self.secret, delivery_id=delivery_id

@@ -98,10 +98,11 @@ def labeled(
     label: str = "gaffer",
     installation_id: int = 77,
     sender: str = "triager",
+    action: str = "labeled",
 ) -> dict[str, Any]:
-    """An `issues.labeled` payload."""
+    """An `issues.labeled` payload (or `issues.unlabeled`, for the label taken away)."""
     return {
-        "action": "labeled",
+        "action": action,
         "issue": issue_,
         "label": {"id": 1, "name": label},
         "repository": repo,

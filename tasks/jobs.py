@@ -9,6 +9,7 @@ from datetime import timedelta
 from bot.logs import about
 from bot.models import Job, JobState, Stage
 from tasks.context import WorkerContext
+from tasks.forecast import wait_for_scope
 from tasks.leases import Heartbeat, claim, finish
 from tasks.slots import give_back, wait_for_slots
 from tasks.stages.execution import run_execution, run_recheck
@@ -47,8 +48,8 @@ def _run(wctx: WorkerContext, job: Job, lease: timedelta) -> None:
         return
     log.info("job %s (%s) started", job.id, job.stage)
     with Heartbeat(wctx.db, job.id, wctx.worker_id, lease):
-        if wait_for_slots(wctx, job):
-            log.info("job %s (%s) waits for a slot", job.id, job.stage)
+        if wait_for_scope(wctx, job) or wait_for_slots(wctx, job):
+            log.info("job %s (%s) waits for a plan or a slot", job.id, job.stage)
             return
         try:
             stage(wctx, job)

@@ -11,6 +11,10 @@ when it ends or parks. A scope's slots are rows of `slots`, taken by compare-and
 two workers never hold one slot; a slot whose job stopped running or lost its lease is free
 again. A job that finds a scope full waits in the queue and looks again, and the status
 comment says where it stands: "2nd in line for ANTHROPIC_API_KEY (2 running, limit 2)".
+
+The line is kept by priority (a plan's `gaffer: pN` label, or its repository's `priority`),
+then by fair share (the repository with fewer jobs running in the scope first), then by
+age: a free slot goes to the first in line, never to a newcomer behind it.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from sqlalchemy import and_, exists, func, or_, select, update
 
 from bot.db import Database, insert_missing, rows_changed
 from bot.models import Job, JobState, Plan, Slot, Stage, utcnow
+from bot.repo_config import DEFAULT_PRIORITY
 from bot.status import publish_status
 from tasks.context import WorkerContext
 from tasks.stages.costs import park
@@ -33,6 +38,7 @@ from tasks.stages.stage_agent import NoAgent, agent_of
 
 LIMITED_STAGES = frozenset({Stage.PLAN, Stage.REVISE, Stage.EXECUTE, Stage.REWORK})
 LOOK_AGAIN = timedelta(seconds=3)
+STILL_WAITING = LOOK_AGAIN * 10
 
 
 @dataclass(frozen=True)
@@ -71,17 +77,62 @@ def _limit(limits: Mapping[str, Any], table: str, name: str, default: str) -> in
 
 
 def take(db: Database, job_id: int, scopes: list[Scope]) -> Scope | None:
-    """Take a slot in every scope and return None, or give back all and return a full one."""
+    """Take a slot in every scope and return None, or give back all and return the first
+    scope that is full, or has jobs waiting ahead of this one."""
     give_back(db, job_id)
     with db.session() as session:
         for scope in scopes:
             for number in range(scope.limit):
                 insert_missing(session, Slot, scope=scope.key, number=number)
     for scope in scopes:
-        if not _take_one(db, scope, job_id):
+        if _line(db, scope, job_id)[0] != job_id or not _take_one(db, scope, job_id):
             give_back(db, job_id)
             return scope
     return None
+
+
+def _line(db: Database, scope: Scope, job_id: int) -> list[int]:
+    """The jobs waiting under the scope, this one among them, first first: the most urgent
+    priority, then the repository with the fewest running there (fair share), then the
+    oldest. A waiting job looks again every few seconds; one silent for long is not waiting."""
+    now = utcnow()
+    with db.session() as session:
+        waiting = session.execute(
+            select(Job.id, Plan.repository_id, Plan.priority)
+            .join(Plan, Plan.id == Job.plan_id)
+            .where(
+                or_(
+                    Job.id == job_id,
+                    and_(
+                        Job.waiting_on == scope.key,
+                        Job.state == JobState.QUEUED,
+                        Job.parked_until >= now - STILL_WAITING,
+                    ),
+                )
+            )
+        ).all()
+        running = dict(
+            session.execute(
+                select(Plan.repository_id, func.count(Slot.number))
+                .join(Job, Job.id == Slot.job_id)
+                .join(Plan, Plan.id == Job.plan_id)
+                .where(
+                    Slot.scope == scope.key,
+                    Job.state == JobState.RUNNING,
+                    Job.lease_expires_at >= now,
+                )
+                .group_by(Plan.repository_id)
+            ).all()
+        )
+    ranked = sorted(
+        waiting,
+        key=lambda job: (
+            DEFAULT_PRIORITY if job.priority is None else job.priority,
+            running.get(job.repository_id, 0),
+            job.id,
+        ),
+    )
+    return [job.id for job in ranked]
 
 
 def _take_one(db: Database, scope: Scope, job_id: int) -> bool:
@@ -118,12 +169,8 @@ def give_back(db: Database, job_id: int) -> None:
 def where_it_stands(db: Database, job_id: int, scope: Scope) -> str:
     """The job's place in line for a full scope, for the status comment."""
     now = utcnow()
+    place = _line(db, scope, job_id).index(job_id) + 1
     with db.session() as session:
-        ahead = session.scalar(
-            select(func.count(Job.id)).where(
-                Job.waiting_on == scope.key, Job.state == JobState.QUEUED, Job.id < job_id
-            )
-        )
         running = session.scalar(
             select(func.count(Slot.number))
             .join(Job, Job.id == Slot.job_id)
@@ -132,19 +179,18 @@ def where_it_stands(db: Database, job_id: int, scope: Scope) -> str:
                 and_(Job.state == JobState.RUNNING, Job.lease_expires_at >= now),
             )
         )
-    place = (ahead or 0) + 1
     return f"{_ordinal(place)} in line for {scope.label} ({running} running, limit {scope.limit})"
 
 
-def mark_waiting(db: Database, job_id: int, scope: Scope | None) -> None:
-    """Record which limit the job waits under; once it has its slots, none, and its work
-    starts now (for lead times, the wait is not machine time)."""
-    started = {} if scope else {"started_at": utcnow()}
+def mark_waiting(db: Database, job_id: int, waiting_on: str | None) -> None:
+    """Record what the job waits for (a limit's scope, an overlapping plan); once it waits
+    for nothing, its work starts now (for lead times, the wait is not machine time)."""
+    started = {} if waiting_on else {"started_at": utcnow()}
     with db.session() as session:
         session.execute(
             update(Job)
             .where(Job.id == job_id)
-            .values(waiting_on=scope.key if scope else None, **started)
+            .values(waiting_on=waiting_on, **started)
             .execution_options(synchronize_session=False)
         )
 
@@ -168,7 +214,7 @@ def wait_for_slots(wctx: WorkerContext, job: Job) -> bool:
     except NoAgent:
         account = None  # the stage says so on the issue; no account to count it against
     full = take(wctx.db, job.id, scopes_of(limits, plan.repository.full_name, account))
-    mark_waiting(wctx.db, job.id, full)
+    mark_waiting(wctx.db, job.id, full.key if full else None)
     if full is None:
         return False
     stands = f"queued: {where_it_stands(wctx.db, job.id, full)}"

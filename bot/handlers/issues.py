@@ -12,7 +12,15 @@ from bot.models import Job, JobState, Plan, Stage
 from bot.plans import active_plan, add_job, advance, start_plan
 from bot.queue import CLEANUP, RUN_JOB
 from bot.render import config_error
-from bot.repo_config import RepoConfigError, fetch_repo_config, load_repo_config
+from bot.repo_config import (
+    DEFAULT_PRIORITY,
+    PRIORITY_LABEL,
+    RepoConfig,
+    RepoConfigError,
+    fetch_repo_config,
+    load_repo_config,
+    priority_in_labels,
+)
 from bot.snapshots import BODY_EDITED, TITLE_EDITED, note_change
 from bot.states import Event
 
@@ -20,9 +28,15 @@ router = Router()
 
 
 def gather(payload: dict[str, Any], ask: Asker) -> Facts:
-    """Read the repository's config, before the transaction, for a label someone added."""
+    """Read the repository's config, before the transaction, for a label someone added
+    (or a priority label someone took away)."""
     label = (payload.get("label") or {}).get("name") or ""
-    if payload.get("action") != "labeled" or label.startswith(LABEL_PREFIX):
+    prioritising = PRIORITY_LABEL.fullmatch(label.strip()) is not None
+    if payload.get("action") not in ("labeled", "unlabeled") or (
+        label.startswith(LABEL_PREFIX) and not prioritising
+    ):
+        return Facts()
+    if payload["action"] == "unlabeled" and not prioritising:
         return Facts()
     client = ask.github(payload["installation"]["id"], payload["repository"]["full_name"])
     defaults = ask.settings.server_config.get("defaults")
@@ -39,6 +53,9 @@ def label_added(ctx: Context, payload: dict[str, Any]) -> None:
     installation_id = payload["installation"]["id"]
     client = ctx.github(installation_id, repo["full_name"])
     label = (payload.get("label") or {}).get("name") or ""
+    if PRIORITY_LABEL.fullmatch(label.strip()):
+        prioritise(ctx, payload)
+        return
     if label.startswith(LABEL_PREFIX):  # gaffer's own state labels come back as events
         return
     config = ctx.facts.config
@@ -63,6 +80,7 @@ def label_added(ctx: Context, payload: dict[str, Any]) -> None:
         agent=config.agent or ctx.settings.default_agent,
         model=config.model,
         budget_usd=config.budget.plan_usd,
+        priority=_priority(issue, config),
     )
     if not start_plan(ctx.session, plan):
         return
@@ -72,6 +90,25 @@ def label_added(ctx: Context, payload: dict[str, Any]) -> None:
     # The planning job shows the plan on the issue once GitHub confirms the issue is open
     # and labeled: this payload may be an old one replayed.
     ctx.enqueue(RUN_JOB, job_id=job.id)
+
+
+@router.register("issues", "unlabeled")
+def prioritise(ctx: Context, payload: dict[str, Any]) -> None:
+    """A `gaffer: pN` label added or taken away: the active plan takes the issue's most
+    urgent priority label, or the repository's `priority` when none is left."""
+    label = (payload.get("label") or {}).get("name") or ""
+    if not PRIORITY_LABEL.fullmatch(label.strip()):
+        return
+    plan = active_plan(ctx.session, payload["repository"]["id"], payload["issue"]["number"])
+    if plan is not None:
+        plan.priority = _priority(payload["issue"], ctx.facts.config)
+
+
+def _priority(issue: dict[str, Any], config: RepoConfig | None) -> int:
+    chosen = priority_in_labels(issue.get("labels") or [])
+    if chosen is not None:
+        return chosen
+    return config.priority if config else DEFAULT_PRIORITY
 
 
 @router.register("issues", "closed")

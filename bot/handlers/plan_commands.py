@@ -106,6 +106,7 @@ def approve_plan(request: Request, command: Command, plan: Plan) -> str | None:
             revision=revision,
             approver=request.actor,
             comment_id=request.comment_id,
+            parallel="parallel" in command.args,
         )
     )
     _queue(request, plan, Stage.EXECUTE, f"execute:r{revision}")

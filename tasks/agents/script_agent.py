@@ -22,6 +22,7 @@ labelled `gaffer-script` (normally written in the issue body), holding YAML:
       - write: {path: hello.py, content: "print('fixed')\\n"}
     plan:                         # steps run before the plan is printed (e.g. sleep, fail)
       - sleep: 1
+    scope: [src/*.py, README.md]  # the plan's Scope section (none without this key)
     ```
 
 A bare list of steps means `execute:`. Paths are relative to the worktree (the cwd) and may
@@ -189,6 +190,8 @@ def render_plan(prompt: str, script: Mapping[str, list[Any]], stage: str) -> str
         f"2. Change {', '.join(f'`{f}`' for f in files)}.",
         "3. Run the repository's checks and fix what fails.",
     ]
+    if script.get("scope"):
+        lines += ["", "**Scope**", *(f"- `{path}`" for path in script["scope"])]
     return "\n".join(lines)
 
 

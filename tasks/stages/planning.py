@@ -15,6 +15,7 @@ from bot.repo_config import RepoConfig, RepoConfigError, fetch_repo_config
 from bot.snapshots import Snapshot, take_snapshot
 from bot.states import Event
 from bot.status import publish_status
+from tasks.checks.diffcheck import plan_scope
 from tasks.context import WorkerContext
 from tasks.leases import finish
 from tasks.stages.costs import park
@@ -155,6 +156,7 @@ def _record(
                         feedback=job.feedback,
                         source=snapshot.to_json(),
                         memory=[each.to_json() for each in lessons],
+                        scope=plan_scope(text),
                     )
                 )
         else:

@@ -27,6 +27,13 @@ RECOGNISED = [
     ("approve with a windows line ending", "LGTM\r\n/approve\r\n", "approve", {}),
     ("approve a plan revision", "/approve r2", "approve", {"revision": "2"}),
     ("approve a plan revision in upper case", "/approve R12", "approve", {"revision": "12"}),
+    ("approve beside overlapping plans", "/approve parallel", "approve", {"parallel": "parallel"}),
+    (
+        "approve a revision beside overlapping plans",
+        "/approve r3 Parallel",
+        "approve",
+        {"revision": "3", "parallel": "Parallel"},
+    ),
     ("approve-diff without a sha", "/approve-diff", "approve-diff", {}),
     ("approve-diff with a short sha", "/approve-diff 1a2b3c4", "approve-diff", {"sha": "1a2b3c4"}),
     (
@@ -167,6 +174,8 @@ REFUSED = [
     ("approve with prose is refused", "/approve once the tests pass", "Usage: /approve [rN]"),
     ("approve with punctuation is refused", "/approve.", "Usage: /approve [rN]"),
     ("approve with revision zero is refused", "/approve r0", "Usage: /approve [rN]"),
+    ("parallel before the revision is refused", "/approve parallel r2", "Usage: /approve"),
+    ("parallel run into the revision is refused", "/approve r2parallel", "Usage: /approve"),
     ("approve-diff with a short sha is refused", "/approve-diff 1a2b3c", "Usage: /approve-diff"),
     ("approve-diff with a non-hex sha is refused", "/approve-diff 1a2b3cz", "Usage: /approve-diff"),
     ("approve-diff with two shas is refused", "/approve-diff 1a2b3c4 5d6e7f8", "Usage:"),
@@ -197,7 +206,7 @@ def test_refused(body: str, reason: str) -> None:
 
 def test_refusal_quotes_the_line_as_written() -> None:
     assert parse_comment("thanks!\n  /approve now please  \n") == Refusal(
-        raw="/approve now please", reason="Usage: /approve [rN]"
+        raw="/approve now please", reason="Usage: /approve [rN] [parallel]"
     )
 
 

@@ -3,6 +3,7 @@ database every worker shares."""
 
 from __future__ import annotations
 
+import zlib
 from datetime import timedelta
 
 import pytest
@@ -130,7 +131,77 @@ def test_a_waiting_job_is_told_its_place_in_line(db: Database, jobs) -> None:
         waiting = (
             update(Job)
             .where(Job.id.in_([second, third]))
-            .values(state=JobState.QUEUED, waiting_on=scope.key)
+            .values(state=JobState.QUEUED, waiting_on=scope.key, parked_until=utcnow())
         )
         session.execute(waiting)
     assert where_it_stands(db, fourth, scope) == "3rd in line for octo/widgets (1 running, limit 1)"
+
+
+ACCOUNT_SCOPE = Scope(f"account:{ACCOUNT}", "ANTHROPIC_API_KEY", 2)
+
+
+def job_of(db: Database, repository: str, priority: int | None, *, waiting: bool) -> int:
+    """A job of a new plan in the repository: running (just claimed), or waiting in the
+    account's line, having looked a moment ago."""
+    with db.session() as session:
+        repo = session.query(Repository).filter_by(full_name=repository).one_or_none()
+        if repo is None:
+            repo = Repository(id=zlib.crc32(repository.encode()), full_name=repository)
+            session.add(repo)
+        plan = Plan(
+            repository_id=repo.id,
+            installation_id=1,
+            issue_number=1,
+            issue_title="t",
+            issue_author="a",
+            clone_url="/x",
+            priority=priority,
+        )
+        session.add(plan)
+        session.flush()
+        job = Job(
+            plan_id=plan.id,
+            stage="execute",
+            key="execute:r1",
+            state=JobState.QUEUED if waiting else JobState.RUNNING,
+            lease_expires_at=utcnow() + timedelta(minutes=1),
+            waiting_on=ACCOUNT_SCOPE.key if waiting else None,
+            parked_until=utcnow() if waiting else None,
+        )
+        session.add(job)
+        session.flush()
+        return job.id
+
+
+def test_a_free_slot_goes_to_the_more_urgent_job_waiting_not_to_a_newcomer(db: Database) -> None:
+    urgent = job_of(db, "octo/widgets", 0, waiting=True)
+    newcomer = job_of(db, "octo/widgets", 2, waiting=False)
+    assert take(db, newcomer, [ACCOUNT_SCOPE]) == ACCOUNT_SCOPE
+    assert where_it_stands(db, newcomer, ACCOUNT_SCOPE).startswith("2nd in line")
+    assert take(db, urgent, [ACCOUNT_SCOPE]) is None
+
+
+def test_an_urgent_newcomer_goes_before_older_jobs_waiting(db: Database) -> None:
+    job_of(db, "octo/widgets", None, waiting=True)  # the repository's default priority
+    urgent = job_of(db, "octo/widgets", 1, waiting=False)
+    assert take(db, urgent, [ACCOUNT_SCOPE]) is None
+
+
+def test_of_two_waiting_the_repository_with_fewer_running_goes_first(db: Database) -> None:
+    busy = job_of(db, "octo/widgets", 2, waiting=False)
+    assert take(db, busy, [ACCOUNT_SCOPE]) is None  # octo/widgets runs one on the account
+    older = job_of(db, "octo/widgets", 2, waiting=True)
+    newer = job_of(db, "octo/gadgets", 2, waiting=True)
+    assert where_it_stands(db, newer, ACCOUNT_SCOPE).startswith("1st in line")
+    assert where_it_stands(db, older, ACCOUNT_SCOPE).startswith("2nd in line")
+    assert take(db, older, [ACCOUNT_SCOPE]) == ACCOUNT_SCOPE
+    assert take(db, newer, [ACCOUNT_SCOPE]) is None
+
+
+def test_a_job_that_stopped_looking_holds_no_place_in_line(db: Database) -> None:
+    gone = job_of(db, "octo/widgets", 0, waiting=True)
+    with db.session() as session:  # its worker died while it waited, long ago
+        long_ago = utcnow() - timedelta(minutes=5)
+        session.execute(update(Job).where(Job.id == gone).values(parked_until=long_ago))
+    newcomer = job_of(db, "octo/widgets", 2, waiting=False)
+    assert take(db, newcomer, [ACCOUNT_SCOPE]) is None
