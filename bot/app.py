@@ -13,6 +13,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from bot.db import Database
 from bot.heartbeats import RECONCILER, SCHEDULER, last_heartbeats, punctuality
+from bot.intake import DeliveryWriter
 from bot.logs import structure_logs
 from bot.masking import SecretMask, mask_logs
 from bot.metrics import GafferCollector
@@ -26,6 +27,7 @@ def create_app(settings: Settings | None = None, **overrides: Any) -> Flask:
     app = Flask("gaffer")
     app.config.update(GAFFER=settings, MAX_CONTENT_LENGTH=settings.max_body_bytes, **overrides)
     app.extensions["gaffer_db"] = Database(settings.database_url)
+    app.extensions["gaffer_intake"] = DeliveryWriter(app.extensions["gaffer_db"].engine)
     app.extensions["gaffer_celery"] = make_celery(settings, web=True)
     app.extensions["gaffer_mask"] = SecretMask.from_settings(settings, os.environ)
     # Records reach the root logger's handlers (or logging's last resort); Flask logs a

@@ -1,4 +1,8 @@
-"""Receive GitHub webhooks: check the signature, store the delivery once, enqueue it."""
+"""Receive GitHub webhooks: check the signature, store the delivery once, answer.
+
+Storing is all a request does that lasts: the relay hands the stored row to the broker
+afterwards (bot/outbox.py), so a broker that is down or slow never reaches GitHub's request.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +13,9 @@ from typing import Any
 from flask import Blueprint, Response, current_app, jsonify, request
 from gidgethub import ValidationFailure
 from gidgethub.sansio import validate_event
-from sqlalchemy import insert
-from sqlalchemy.exc import IntegrityError
 
 from bot.handlers.routes import handles
-from bot.models import Delivery, utcnow
-from bot.queue import PROCESS_DELIVERY, enqueue
+from bot.models import utcnow
 
 bp = Blueprint("webhooks", __name__)
 log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ def receive_github() -> tuple[Response, int]:
         return answer("pong", 200)
     if not handles(event, payload.get("action")):
         return answer(f"{event} is not handled; ignored", 200)
-    return store_and_enqueue(
+    return store(
         source="github",
         hook_id=_hook_id(),
         delivery_id=delivery_id,
@@ -80,33 +81,22 @@ def _hook_id() -> str:
     )
 
 
-def store_and_enqueue(
+def store(
     *, source: str, hook_id: str, delivery_id: str, event: str, action: str | None, body: bytes
 ) -> tuple[Response, int]:
-    """Store a delivery once (a duplicate answers 200), commit, then enqueue it."""
-    # A Core insert, not the ORM: this is the one hot path, and it needs no objects.
-    stored = (
-        insert(Delivery)
-        .returning(Delivery.id)
-        .values(
-            source=source,
-            hook_id=hook_id,
-            delivery_id=delivery_id,
-            event=event,
-            action=action,
-            payload=body.decode("utf-8", errors="replace"),
-            received_at=utcnow(),
-            attempts=0,
-            # Written as handed to the broker; cleared in the rare case the broker is down.
-            enqueued_at=utcnow(),
-        )
-    )
-    try:
-        with current_app.extensions["gaffer_db"].engine.begin() as connection:
-            row_id = connection.execute(stored).scalar_one()
-    except IntegrityError:
+    """Store a delivery once and answer 202 after the commit; a duplicate answers 200."""
+    row = {
+        "source": source,
+        "hook_id": hook_id,
+        "delivery_id": delivery_id,
+        "event": event,
+        "action": action,
+        "payload": body.decode("utf-8", errors="replace"),
+        "received_at": utcnow(),
+        "attempts": 0,
+    }
+    if not current_app.extensions["gaffer_intake"].store(row):
         return answer("duplicate delivery; nothing to do", 200)
-    publish_delivery(row_id)
     return answer("accepted", 202)
 
 
@@ -135,16 +125,6 @@ def _deeper_than(value: Any, limit: int) -> bool:
             return True
         pending += [(child, depth + 1) for child in children if isinstance(child, dict | list)]
     return False
-
-
-def publish_delivery(row_id: int) -> None:
-    """Enqueue a stored delivery; if the broker is down the reconciler sends it later."""
-    try:
-        enqueue(current_app.extensions["gaffer_celery"], PROCESS_DELIVERY, delivery_id=row_id)
-    except Exception:  # the broker is down: the stored row is the outbox
-        log.warning("broker unavailable; delivery %s stays in the outbox", row_id, exc_info=True)
-        with current_app.extensions["gaffer_db"].session() as session:
-            session.get_one(Delivery, row_id).enqueued_at = None
 
 
 def answer(message: str, status: int) -> tuple[Response, int]:

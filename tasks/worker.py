@@ -17,7 +17,8 @@ from celery.signals import (
 
 from bot.logs import structure_logs
 from bot.masking import SecretMask, mask_logs
-from bot.queue import CLEANUP, PROCESS_DELIVERY, RECONCILE, RUN_JOB, make_celery
+from bot.outbox import Relay
+from bot.queue import CLEANUP, PROCESS_DELIVERY, QUEUE_OF, RECONCILE, RUN_JOB, make_celery
 from bot.settings import Settings, SettingsError
 from tasks.context import WorkerContext
 from tasks.deliveries import process_delivery, record_failure
@@ -63,7 +64,23 @@ def create_worker(settings: Settings) -> Celery:
 
     _reap_this_machine(wctx)
     embed_scheduler(celery, settings.database_url)
+    _relay_outbox(celery, wctx)
     return celery
+
+
+def _relay_outbox(celery: Celery, wctx: WorkerContext) -> None:
+    """Have a worker of the deliveries' queue hand stored deliveries to the broker while it
+    runs (bot/outbox.py)."""
+    relay = Relay(
+        wctx.db, lambda delivery_id: wctx.send_task(PROCESS_DELIVERY, delivery_id=delivery_id)
+    )
+
+    def start(**_: Any) -> None:
+        if QUEUE_OF[PROCESS_DELIVERY] in celery.amqp.queues.consume_from:
+            relay.start()
+
+    worker_ready.connect(start, weak=False)
+    worker_shutdown.connect(lambda **_: relay.stop(), weak=False)
 
 
 def _set_up_logs(mask: SecretMask, *, json_lines: bool) -> None:

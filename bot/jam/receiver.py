@@ -8,7 +8,7 @@ from standardwebhooks.webhooks import WebhookVerificationError
 from werkzeug.datastructures import Headers
 
 from bot.jam.report import JAM_CREATED
-from bot.webhooks import BodyRefused, answer, json_object, refuse, store_and_enqueue
+from bot.webhooks import BodyRefused, answer, json_object, refuse, store
 
 bp = Blueprint("jam", __name__)
 VERIFIER = "gaffer_jam_webhook"
@@ -40,7 +40,7 @@ def receive_jam() -> tuple[Response, int]:
     if payload.get("type") != JAM_CREATED:
         return answer(f"{payload.get('type')!s:.64} is not handled; ignored", 200)
     # Jam retries a message with the same id for hours: the unique key makes it one row.
-    return store_and_enqueue(
+    return store(
         source="jam",
         hook_id="jam",
         delivery_id=message_id,

@@ -31,6 +31,7 @@ from bot.models import (
     github_time,
     utcnow,
 )
+from bot.outbox import release
 from bot.plans import advance
 from bot.queue import PROCESS_DELIVERY, RUN_JOB
 from bot.render import lost_worker_reply, stage_doing, times_stopped
@@ -105,24 +106,34 @@ def resend_outbox(wctx: WorkerContext, stale: timedelta | None = None) -> int:
     """Enqueue deliveries that were stored but never processed; return how many.
 
     One sent but not processed within stale (`delivery_stale_s`, STALE by default) is
-    sent again: a broker that died holding it lost it.
+    sent again: a broker that died holding it lost it. Each row is claimed before it is
+    sent, as the outbox's relay claims them (bot/outbox.py), so the two never both send it.
     """
     if stale is None:
         stale = timedelta(seconds=wctx.setting("delivery_stale_s", STALE.total_seconds()))
     cutoff = utcnow() - stale
+    due = or_(Delivery.enqueued_at.is_(None), Delivery.enqueued_at < cutoff)
     with wctx.db.session() as session:
         ids = session.scalars(
             select(Delivery.id).where(
                 Delivery.processed_at.is_(None),
                 Delivery.attempts < MAX_DELIVERY_ATTEMPTS,
-                or_(Delivery.enqueued_at.is_(None), Delivery.enqueued_at < cutoff),
+                due,
             )
         ).all()
+    sent = 0
     for delivery_id in ids:
-        wctx.send_task(PROCESS_DELIVERY, delivery_id=delivery_id)
         with wctx.db.session() as session:
-            session.get_one(Delivery, delivery_id).enqueued_at = utcnow()
-    return len(ids)
+            claim = update(Delivery).where(Delivery.id == delivery_id, due)
+            if not rows_changed(session, claim.values(enqueued_at=utcnow())):
+                continue  # the relay, or another pass, has just sent it
+        try:
+            wctx.send_task(PROCESS_DELIVERY, delivery_id=delivery_id)
+        except Exception:
+            release(wctx.db, [delivery_id])
+            raise
+        sent += 1
+    return sent
 
 
 # --------------------------------------------------------------------------- dead workers

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from sqlalchemy import select
 
-import bot.webhooks
 from bot.models import Approval, Delivery, Job, Plan, PlanState
+from bot.outbox import relay_once
 from tests.conftest import command_payload
 from tests.in_process import InProcess, process_stored
 from tests.support import deliver, sign
@@ -42,17 +43,15 @@ def as_body(payload: dict[str, Any]) -> bytes:
 
 
 @pytest.fixture
-def enqueued(monkeypatch) -> list[dict[str, Any]]:
-    """Record what the receiver hands to the broker (and still hand it over)."""
-    sent: list[dict[str, Any]] = []
-    real = bot.webhooks.enqueue
+def relayed(app) -> Callable[[], list[int]]:
+    """Run the outbox's relay once, as a worker does; return the deliveries it handed on."""
 
-    def recording(celery, name, **kwargs):
-        sent.append({"task": name, **kwargs})
-        return real(celery, name, **kwargs)
+    def relay() -> list[int]:
+        sent: list[int] = []
+        relay_once(app.extensions["gaffer_db"], sent.append)
+        return sent
 
-    monkeypatch.setattr(bot.webhooks, "enqueue", recording)
-    return sent
+    return relay
 
 
 @pytest.fixture

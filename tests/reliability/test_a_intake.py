@@ -1,4 +1,5 @@
-"""A. Intake: what the receiver answers GitHub, and what it stores and enqueues.
+"""A. Intake: what the receiver answers GitHub, what it stores, and what the outbox's relay
+then hands to the broker.
 
 Also covered elsewhere: with a real worker, the receiver answers while the broker is
 stopped, and the stored deliveries are processed once when it returns
@@ -38,7 +39,7 @@ def test_signature_matches_githubs_published_example() -> None:
     )
 
 
-def test_a_signed_delivery_is_stored_once_and_enqueued(app, client, enqueued) -> None:
+def test_a_signed_delivery_is_stored_once_and_relayed(app, client, relayed) -> None:
     response = deliver(client, "issues", PAYLOAD, delivery_id="d-1")
     assert response.status_code == 202
     [row] = stored(app)
@@ -48,8 +49,11 @@ def test_a_signed_delivery_is_stored_once_and_enqueued(app, client, enqueued) ->
         "d-1",
         "4242",
     )
+    assert row.enqueued_at is None and row.processed_at is None  # in the outbox
+    assert relayed() == [row.id]
+    assert relayed() == []  # handed on once
+    [row] = stored(app)
     assert row.enqueued_at is not None and row.processed_at is None
-    assert [sent["delivery_id"] for sent in enqueued] == [row.id]
 
 
 SIGNATURES = [
@@ -75,11 +79,11 @@ SIGNATURES = [
 
 @pytest.mark.parametrize("override", SIGNATURES)
 def test_unsigned_or_wrongly_signed_deliveries_store_and_enqueue_nothing(
-    app, client, enqueued, override
+    app, client, relayed, override
 ) -> None:
     assert post_raw(client, BODY, **override).status_code == 401
     assert stored(app) == []
-    assert enqueued == []
+    assert relayed() == []
 
 
 ROTATION = [
@@ -133,11 +137,11 @@ REQUESTS = [
 
 @pytest.mark.parametrize(("body", "override", "status"), REQUESTS)
 def test_malformed_deliveries_get_a_4xx_and_store_nothing(
-    app, client, enqueued, body: bytes, override, status: int
+    app, client, relayed, body: bytes, override, status: int
 ) -> None:
     assert post_raw(client, body, **override).status_code == status
     assert stored(app) == []
-    assert enqueued == []
+    assert relayed() == []
 
 
 def test_a_body_over_the_size_cap_is_a_413_and_stores_nothing(make_app, settings: Settings) -> None:
@@ -165,21 +169,21 @@ DEEP = [
 
 
 @pytest.mark.parametrize("body", DEEP)
-def test_a_signed_body_nested_too_deep_is_a_400_saying_so(app, client, enqueued, body) -> None:
+def test_a_signed_body_nested_too_deep_is_a_400_saying_so(app, client, relayed, body) -> None:
     response = post_raw(client, body)
     assert response.status_code == 400
     assert response.get_json()["message"] == (
         f"the JSON body is nested deeper than {MAX_JSON_DEPTH} levels"
     )
-    assert stored(app) == [] and enqueued == []
+    assert stored(app) == [] and relayed() == []
 
 
-def test_a_signed_body_as_deep_as_the_limit_is_stored_once(app, client, enqueued) -> None:
+def test_a_signed_body_as_deep_as_the_limit_is_stored_once(app, client, relayed) -> None:
     body = nested(MAX_JSON_DEPTH, PAYLOAD)
     assert post_raw(client, body).status_code == 202
     assert post_raw(client, body).status_code == 200  # the same delivery again
     [row] = stored(app)
-    assert row.payload == body.decode() and len(enqueued) == 1
+    assert row.payload == body.decode() and len(relayed()) == 1
 
 
 IGNORED = [
@@ -197,11 +201,11 @@ IGNORED = [
 
 @pytest.mark.parametrize(("event", "payload"), IGNORED)
 def test_events_gaffer_does_not_act_on_are_answered_200_and_ignored(
-    app, client, github_http, enqueued, event, payload
+    app, client, github_http, relayed, event, payload
 ) -> None:
     assert deliver(client, event, payload).status_code == 200
     assert stored(app) == []
-    assert enqueued == []
+    assert relayed() == []
     assert github_http.requests == []
 
 
@@ -232,7 +236,7 @@ def test_the_receiver_answers_while_the_broker_is_down_or_hangs(
     web = make_app(dataclasses.replace(settings, broker_url=url))
     response = answered(lambda: deliver(web.test_client(), "issues", PAYLOAD, delivery_id="d-5"))
     assert response.status_code == 202
-    [row] = stored(web)  # kept in the outbox for the reconciler
+    [row] = stored(web)  # in the outbox, for the relay
     assert row.enqueued_at is None and row.processed_at is None
 
 
@@ -243,7 +247,7 @@ def test_the_receiver_answers_without_waiting_on_github_or_a_worker(
     assert response.status_code == 202
     assert github_http.requests == []  # the receiver never asks GitHub, so it cannot wait on it
     [row] = stored(app)
-    assert row.enqueued_at is not None and row.processed_at is None  # handed on, not done here
+    assert row.enqueued_at is None and row.processed_at is None  # left to the relay, not done here
 
 
 # GitHub's own example payloads of every event type ------------------------------------

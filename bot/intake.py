@@ -1,0 +1,108 @@
+"""Store deliveries once, durably: the requests a web process receives together share a commit.
+
+Each request thread hands its delivery to the process's writer and waits. The writer takes
+every delivery waiting at that moment, inserts them in one statement and one transaction
+(on PostgreSQL with a NOTIFY for the outbox's relays, bot/outbox.py) and wakes each
+request when the commit is done, saying whether its delivery was new. A request answers
+GitHub only after that, so an answered delivery is on disk. With one request in flight a
+transaction holds one row, as before; under load one commit serves many requests, which
+costs the database and the web process far less than a transaction each.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlalchemy.dialects import postgresql, sqlite
+
+from bot.models import Delivery
+from bot.outbox import NOTIFY
+
+# At most this many deliveries in one statement: a few megabytes of payloads.
+MAX_BATCH = 64
+# A writer with nothing to do for this long ends; the next delivery starts another.
+IDLE_S = 10.0
+
+
+@dataclass
+class _Waiting:
+    row: dict[str, Any]
+    done: threading.Event = field(default_factory=threading.Event)
+    stored: bool = False
+    error: BaseException | None = None
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return self.row["source"], self.row["hook_id"], self.row["delivery_id"]
+
+
+class DeliveryWriter:
+    """Store the deliveries of one web process's requests, those that arrive together at once."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.postgres = engine.dialect.name == "postgresql"
+        self.insert = _insert_once(postgresql if self.postgres else sqlite)
+        self._pending: list[_Waiting] = []
+        self._wakeup = threading.Condition()
+        self._writing = False
+
+    def store(self, row: dict[str, Any]) -> bool:
+        """Store one delivery row and return True once committed, or False if a delivery
+        with its key (source, hook_id, delivery_id) was stored before. Raises what the
+        database raised."""
+        waiting = _Waiting(row)
+        with self._wakeup:
+            self._pending.append(waiting)
+            if not self._writing:
+                self._writing = True
+                threading.Thread(target=self._write_all, name="gaffer-intake", daemon=True).start()
+            self._wakeup.notify()
+        waiting.done.wait()
+        if waiting.error is not None:
+            raise waiting.error
+        return waiting.stored
+
+    def _write_all(self) -> None:
+        while True:
+            with self._wakeup:
+                if not self._pending:
+                    self._wakeup.wait(IDLE_S)
+                if not self._pending:
+                    self._writing = False
+                    return
+                batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+            self._write(batch)
+
+    def _write(self, batch: list[_Waiting]) -> None:
+        try:
+            with self.engine.begin() as connection:
+                rows = connection.execute(self.insert, [each.row for each in batch])
+                new = {tuple(row) for row in rows}
+                if new and self.postgres:
+                    connection.execute(NOTIFY)  # the relays hear of them when this commits
+        except BaseException as error:  # every waiting request answers with it
+            for each in batch:
+                each.error = error
+                each.done.set()
+            if not isinstance(error, Exception):
+                raise
+            return
+        for each in batch:
+            # The same key twice in one batch: the first is the one stored.
+            each.stored = each.key in new
+            new.discard(each.key)
+            each.done.set()
+
+
+def _insert_once(dialect: Any) -> Any:
+    # A row whose key is taken is not stored and returns nothing; built once, as only the
+    # values change from one batch to the next.
+    return (
+        dialect.insert(Delivery)
+        .on_conflict_do_nothing(index_elements=["source", "hook_id", "delivery_id"])
+        .returning(Delivery.source, Delivery.hook_id, Delivery.delivery_id)
+    )
