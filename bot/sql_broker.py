@@ -1,15 +1,30 @@
 """kombu's SQL transport (the embedded default's broker), made safe for two workers that
-start at once.
+start at once, and prompt without polling.
 
 kombu creates a queue's row on first use: it looks for the row and inserts it when none is
 found, with a lock that only holds within one process. Two workers of one queue starting
 together can both find nothing; the second insert then fails on the unique name, and
 Celery calls that unrecoverable and exits. Here the second insert gives way: its session
 is rolled back and the row the first one made is used.
+
+kombu's transport looks for messages on a timer: a message waits for the next look, and
+each look takes SQLite's write lock. Here a worker with nothing to do waits on a doorbell
+instead: a socket of its own in a folder kept for the broker on this machine, to which
+whoever puts a message (the web side, a worker) sends a byte, as a worker does to its own
+when it acknowledges a message and so has room for the next. A worker still looks every
+QUIET_POLL_S seconds, for messages put from another machine or a ring that went astray.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import select
+import socket
+import tempfile
+from pathlib import Path
+from queue import Empty
+from time import monotonic, sleep
 from typing import Any
 
 from kombu.transport import sqlalchemy as kombu_sql
@@ -17,6 +32,91 @@ from sqlalchemy.exc import IntegrityError
 
 TRANSPORT = "bot.sql_broker:Transport"
 URL_PREFIX = "sqla+"  # what BROKER_URL starts with on the embedded default
+# How often a worker looks for messages when no doorbell rings, and when it has none.
+QUIET_POLL_S = 1.0
+BELL_LESS_POLL_S = 0.1
+
+
+class Doorbell:
+    """Wake the workers of one broker on this machine when a message is put for them."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._socket: socket.socket | None = None
+        self._path: Path | None = None
+
+    @classmethod
+    def of(cls, broker_url: str) -> Doorbell:
+        """Return the doorbell of the broker at broker_url (an SQLAlchemy URL)."""
+        # Under the temporary folder, not beside the database: a socket's path is short.
+        digest = hashlib.sha256(broker_url.encode()).hexdigest()[:16]
+        return cls(Path(tempfile.gettempdir()) / f"gaffer-broker-{digest}")
+
+    def ring(self) -> None:
+        """Wake every worker waiting on this broker here."""
+        try:
+            names = os.listdir(self.folder)
+        except OSError:
+            return
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
+            sender.setblocking(False)
+            for name in names:
+                _send(sender, self.folder / name)
+
+    def ring_here(self) -> None:
+        """Wake the worker waiting on this doorbell's own socket."""
+        if self._path is not None:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
+                sender.setblocking(False)
+                _send(sender, self._path)
+
+    def wait(self, timeout: float) -> bool:
+        """Return when rung (True) or after timeout seconds; False if no doorbell can be had
+        here, without waiting."""
+        listening = self._listen()
+        if listening is None:
+            return False
+        ready, _, _ = select.select([listening], [], [], timeout)
+        while ready:  # one look answers every ring that came meanwhile
+            try:
+                listening.recv(16)
+            except BlockingIOError:
+                break
+        return True
+
+    def close(self) -> None:
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
+        if self._path is not None:
+            self._path.unlink(missing_ok=True)
+            self._path = None
+
+    def _listen(self) -> socket.socket | None:
+        if self._socket is None:
+            try:
+                self.folder.mkdir(mode=0o700, exist_ok=True)
+                if self.folder.stat().st_uid != os.getuid():
+                    return None  # another user's folder: rings from it are not to be trusted
+                path = self.folder / f"{os.getpid()}-{id(self)}"
+                listening = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                listening.bind(str(path))
+            except OSError:
+                return None
+            listening.setblocking(False)
+            self._socket, self._path = listening, path
+        return self._socket
+
+
+def _send(sender: socket.socket, path: Path) -> None:
+    try:
+        sender.sendto(b"!", str(path))
+    except BlockingIOError:
+        pass  # its queue of rings is full: it wakes anyway
+    except (ConnectionRefusedError, FileNotFoundError):
+        path.unlink(missing_ok=True)  # the worker that listened there is gone
+    except OSError:
+        pass  # a ring is a hint; the worker looks again on its own
 
 
 class Channel(kombu_sql.Channel):
@@ -27,6 +127,58 @@ class Channel(kombu_sql.Channel):
             self.session.rollback()
             return super()._get_or_create(queue)
 
+    def _put(self, queue: Any, payload: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        super()._put(queue, payload, **kwargs)
+        if (doorbell := self._doorbell()) is not None:
+            doorbell.ring()
+
+    def basic_ack(self, delivery_tag: Any, multiple: bool = False) -> None:
+        super().basic_ack(delivery_tag, multiple)
+        if (doorbell := self._doorbell()) is not None:
+            doorbell.ring_here()
+
+    def basic_reject(self, delivery_tag: Any, requeue: bool = False) -> None:
+        super().basic_reject(delivery_tag, requeue)
+        if (doorbell := self._doorbell()) is not None:
+            doorbell.ring_here()
+
+    def _doorbell(self) -> Doorbell | None:
+        # A closed channel has let go of its transport.
+        return getattr(self.connection, "doorbell", None)
+
+
+# (The two `type: ignore[override]`: kombu's stubs give its base classes signatures that
+# disagree with each other, so no override can match both.)
+
 
 class Transport(kombu_sql.Transport):
     Channel = Channel
+
+    def __init__(self, client: Any, **kwargs: Any) -> None:
+        super().__init__(client, **kwargs)
+        self.doorbell = Doorbell.of(client.hostname)
+        self.polling_interval = QUIET_POLL_S
+
+    def drain_events(self, connection: Any, timeout: float | None = None) -> None:  # type: ignore[override]
+        """Deliver one message, waiting on the doorbell between looks (kombu sleeps)."""
+        started = monotonic()
+        while True:
+            try:
+                self.cycle.get(self._deliver, timeout=timeout)  # type: ignore[attr-defined]
+                return
+            except Empty:
+                pass
+            waited = monotonic() - started
+            if timeout is not None and waited >= timeout:
+                raise TimeoutError  # socket.timeout, which Celery's loop expects
+            wait = self.polling_interval
+            if timeout is not None:
+                wait = min(wait, timeout - waited)
+            if not self.doorbell.wait(wait):
+                sleep(min(wait, BELL_LESS_POLL_S))
+
+    def close_connection(self, connection: Any) -> None:
+        try:
+            super().close_connection(connection)
+        finally:
+            self.doorbell.close()

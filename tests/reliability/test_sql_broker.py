@@ -1,11 +1,16 @@
-"""The embedded default's broker when two workers of one queue start at once."""
+"""The embedded default's broker: two workers of one queue starting at once, and workers
+woken when there is work rather than on a timer."""
 
 from __future__ import annotations
 
+import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from kombu import Connection, Queue
+from kombu.message import Message
 from kombu.transport import sqlalchemy as kombu_sql
 
 from bot.sql_broker import TRANSPORT
@@ -33,3 +38,76 @@ def test_a_queue_row_another_worker_made_meanwhile_is_used(
         Queue("agent").bind(second.default_channel).declare()
         second.default_channel._put("agent", {"body": "still works"})
         assert second.default_channel._size("agent") == 1
+
+
+def test_a_waiting_worker_gets_a_message_when_it_is_put_not_at_its_next_look(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'broker.sqlite'}"
+    got: list[object] = []
+    with (
+        _looking_rarely(Connection(url, transport=TRANSPORT)) as worker,
+        Connection(url, transport=TRANSPORT) as web,
+    ):
+        Queue("github").bind(web.default_channel).declare()
+        with worker.Consumer(Queue("github"), callbacks=[lambda body, _: got.append(body)]):
+            waiting = _draining(worker)
+            time.sleep(0.2)  # the worker is waiting by now, or finds it on its first look
+            web.default_channel._put("github", _message("wake up"))
+            waiting.join(timeout=WELL_BEFORE_ITS_NEXT_LOOK)
+    assert got == ["wake up"]
+
+
+def test_a_worker_with_no_room_takes_the_next_message_once_it_acknowledges_one(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'broker.sqlite'}"
+    got: list[object] = []
+    held: list[Message] = []
+    with (
+        _looking_rarely(Connection(url, transport=TRANSPORT)) as worker,
+        Connection(url, transport=TRANSPORT) as web,
+    ):
+        Queue("agent").bind(web.default_channel).declare()
+        web.default_channel._put("agent", _message("first"))
+        web.default_channel._put("agent", _message("second"))
+        keep = [lambda body, message: (got.append(body), held.append(message))]
+        with worker.Consumer(Queue("agent"), callbacks=keep) as consumer:
+            consumer.qos(prefetch_count=1)
+            worker.drain_events(timeout=20)  # the first, which takes the only room
+            waiting = _draining(worker)
+            time.sleep(0.2)
+            held[0].ack()
+            waiting.join(timeout=WELL_BEFORE_ITS_NEXT_LOOK)
+    assert got == ["first", "second"]
+
+
+# A worker in these tests looks for messages on its own once an hour: one it gets within
+# this many seconds was announced to it.
+WELL_BEFORE_ITS_NEXT_LOOK = 20
+
+
+def _looking_rarely(connection: Connection) -> Connection:
+    connection.transport.polling_interval = 3600
+    return connection
+
+
+def _draining(connection: Connection) -> threading.Thread:
+    """Wait for one message in the background, as a worker's loop does."""
+    waiting = threading.Thread(target=connection.drain_events, daemon=True)
+    waiting.start()
+    return waiting
+
+
+def _message(body: str) -> dict[str, object]:
+    return {
+        "body": json.dumps(body),
+        "content-type": "application/json",
+        "content-encoding": "utf-8",
+        "headers": {},
+        "properties": {
+            "delivery_tag": body,
+            "delivery_info": {"exchange": "", "routing_key": ""},
+            "body_encoding": "utf-8",
+        },
+    }
