@@ -161,7 +161,8 @@ REGISTRY: tuple[CommandSpec, ...] = (
     _spec(
         "split",
         "",
-        "A new revision covering the first of several smaller parts.",
+        "Open the parts the plan proposes as sub-issues, each planned on its own (`after` "
+        "ones wait for those they name to merge); without parts, a revision proposing them.",
         Who.WRITER,
         states=(PlanState.DRAFT,),
     ),

@@ -58,6 +58,7 @@ class PlanState(StrEnum):
     CANCELLED = "cancelled"
     FAILED = "failed"
     ICEBOX = "icebox"
+    SPLIT = "split"  # its parts are sub-issues with plans of their own; done when all merge
 
 
 class JobState(StrEnum):
@@ -78,6 +79,7 @@ class Stage(StrEnum):
     REWORK = "rework"
     FIX = "fix"
     OPEN_PR = "open_pr"
+    PARTS = "parts"  # open the sub-issues `/split` asked for, and start their plans
     RECHECK = "recheck"
 
 
@@ -305,6 +307,25 @@ class Approval(Base):
     # `/approve parallel`: the plan may execute beside plans whose scopes meet its own.
     parallel: Mapped[bool] = mapped_column(default=False, server_default=text("false"))
     voided_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class PlanPart(Base):
+    """One part `/split` made of a plan: a sub-issue of the plan's issue, planned on its own."""
+
+    __tablename__ = "plan_parts"
+    __table_args__ = (UniqueConstraint("plan_id", "number"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    plan_id: Mapped[int] = mapped_column(ForeignKey("plans.id", ondelete="CASCADE"), index=True)
+    number: Mapped[int] = mapped_column(Integer)
+    title: Mapped[str] = mapped_column(Text)
+    body: Mapped[str] = mapped_column(Text)
+    # The numbers of the parts that must be merged before this one executes.
+    after: Mapped[list[int]] = mapped_column(JSON, default=list)
+    # Set once its sub-issue is open (the number people read, the id the API links by).
+    issue_number: Mapped[int | None] = mapped_column(Integer)
+    issue_id: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

@@ -10,7 +10,8 @@ from sqlalchemy.orm import Session
 
 from bot.db import rows_changed
 from bot.memory import plan_ended
-from bot.models import AuditEvent, Job, Plan, PlanState
+from bot.models import AuditEvent, Job, Plan, PlanPart, PlanState
+from bot.repo_config import RepoConfig
 from bot.states import TERMINAL, Event, next_state
 
 
@@ -78,6 +79,31 @@ def latest_plan(session: Session, repository_id: int, issue_number: int) -> Plan
     ).one_or_none()
 
 
+def new_plan(
+    config: RepoConfig,
+    default_agent: str | None,
+    *,
+    repository_id: int,
+    installation_id: int,
+    issue: dict[str, Any],
+    clone_url: str,
+    priority: int,
+) -> Plan:
+    """A plan for the issue (as GitHub renders it), with its repository's settings."""
+    return Plan(
+        repository_id=repository_id,
+        installation_id=installation_id,
+        issue_number=issue["number"],
+        issue_title=issue.get("title") or "",
+        issue_author=(issue.get("user") or {}).get("login", ""),
+        clone_url=clone_url,
+        agent=config.agent or default_agent,
+        model=config.model,
+        budget_usd=config.budget.plan_usd,
+        priority=priority,
+    )
+
+
 def start_plan(session: Session, plan: Plan) -> bool:
     """Insert a new plan unless the issue already has an active one; return whether it did."""
     plan.active_key = active_key(plan.repository_id, plan.issue_number)
@@ -99,3 +125,34 @@ def add_job(session: Session, plan: Plan, stage: str, key: str, **fields: Any) -
     except IntegrityError:
         return None
     return job
+
+
+def parent_of(session: Session, plan: Plan) -> int | None:
+    """The split plan this plan's issue is a part of, if any."""
+    return session.scalar(
+        select(PlanPart.plan_id)
+        .join(Plan, Plan.id == PlanPart.plan_id)
+        .where(
+            Plan.repository_id == plan.repository_id,
+            PlanPart.issue_number == plan.issue_number,
+        )
+        .order_by(PlanPart.id.desc())
+        .limit(1)
+    )
+
+
+def parts_all_merged(session: Session, parent_id: int) -> list[int] | None:
+    """The issue numbers of a split plan's parts once every part's plan has merged, or None."""
+    parent = session.get_one(Plan, parent_id)
+    numbers = list(
+        session.scalars(
+            select(PlanPart.issue_number)
+            .where(PlanPart.plan_id == parent_id)
+            .order_by(PlanPart.number)
+        )
+    )
+    for number in numbers:
+        child = number and latest_plan(session, parent.repository_id, number)
+        if not child or child.state != PlanState.MERGED:
+            return None
+    return [number for number in numbers if number]

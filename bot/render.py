@@ -40,6 +40,7 @@ _HEADLINE = {
     PlanState.CANCELLED: "The plan was cancelled.",
     PlanState.FAILED: "The work failed.",
     PlanState.ICEBOX: "The plan is on ice.",
+    PlanState.SPLIT: "The work is split into the sub-issues below, each planned on its own.",
 }
 
 
@@ -62,6 +63,27 @@ class Verification:
     pr_url: str | None = None
 
 
+@dataclass(frozen=True)
+class PartShown:
+    """One part of a split plan as its parent's status shows it."""
+
+    number: int
+    title: str
+    after: Sequence[int]
+    issue_number: int | None
+    state: str | None  # its plan's, once it has one
+
+
+def parts_section(parts: Sequence[PartShown]) -> str:
+    lines = ["#### Parts"]
+    for part in parts:
+        after = f" (after {', '.join(str(n) for n in part.after)})" if part.after else ""
+        where = f"#{part.issue_number} " if part.issue_number else ""
+        state = f" — `{part.state}`" if part.state else " — not opened yet"
+        lines.append(f"{part.number}. {where}{part.title}{after}{state}")
+    return "\n".join(lines)
+
+
 def status_comment(
     plan: Plan,
     plan_text: str | None,
@@ -73,17 +95,21 @@ def status_comment(
     used: Sequence[Offered] = (),
     proposed: Sequence[Lesson] = (),
     waiting: str | None = None,
+    split_into: Sequence[PartShown] = (),
 ) -> str:
     """Render gaffer's one status comment for the plan.
 
     changes: what happened on the issue since the current revision was written, said
     once per kind and person (bot/snapshots.py). waiting: why its job is parked, if it is.
+    split_into: the parts `/split` opened, with their plans' states.
     """
     revision = f" · revision r{plan.current_revision}" if plan.current_revision else ""
     parts = [
         STATUS_MARKER,
         f"### gaffer · `{plan.state.value}`{revision}",
-        _HEADLINE[plan.state],
+        "Every part was merged."
+        if split_into and plan.state == PlanState.MERGED
+        else _HEADLINE[plan.state],
     ]
     if waiting:
         parts.append(f"**Waiting:** {waiting}")
@@ -93,6 +119,8 @@ def status_comment(
         parts.append(f"#### Plan r{plan.current_revision}\n\n{plan_text.strip()}")
     if used:
         parts.append(lessons_used(plan.current_revision, used))
+    if split_into:
+        parts.append(parts_section(split_into))
     if plan.approved_revision:
         parts.append(f"Approved: revision r{plan.approved_revision}.")
     if changes and plan.state in _READS_SNAPSHOT:
@@ -123,6 +151,7 @@ _READS_SNAPSHOT = frozenset(
         PlanState.IN_REVIEW,
         PlanState.ICEBOX,
         PlanState.FAILED,
+        PlanState.SPLIT,
     }
 )
 

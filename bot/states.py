@@ -14,6 +14,8 @@ class Event(StrEnum):
     REVISE = "revise"
     EXPAND = "expand"
     SPLIT = "split"
+    SPLIT_INTO_PARTS = "split_into_parts"
+    PARTS_MERGED = "parts_merged"
     REJECT = "reject"
     ICEBOX = "icebox"
     THAW = "thaw"
@@ -35,7 +37,7 @@ class Event(StrEnum):
 TERMINAL = frozenset({S.MERGED, S.CLOSED, S.REJECTED, S.CANCELLED, S.FAILED, S.ICEBOX})
 ACTIVE = frozenset(S) - TERMINAL
 
-STOPPABLE = (S.PLANNING, S.DRAFT, S.APPROVED, S.EXECUTING, S.VERIFYING, S.IN_REVIEW)
+STOPPABLE = (S.PLANNING, S.DRAFT, S.APPROVED, S.EXECUTING, S.VERIFYING, S.IN_REVIEW, S.SPLIT)
 
 TRANSITIONS: dict[tuple[S, Event], S] = {
     (S.PLANNING, Event.PLAN_POSTED): S.DRAFT,
@@ -44,6 +46,8 @@ TRANSITIONS: dict[tuple[S, Event], S] = {
     (S.DRAFT, Event.REVISE): S.PLANNING,
     (S.DRAFT, Event.EXPAND): S.PLANNING,
     (S.DRAFT, Event.SPLIT): S.PLANNING,
+    (S.DRAFT, Event.SPLIT_INTO_PARTS): S.SPLIT,
+    (S.SPLIT, Event.PARTS_MERGED): S.MERGED,
     (S.DRAFT, Event.REJECT): S.REJECTED,
     (S.DRAFT, Event.ICEBOX): S.ICEBOX,
     (S.ICEBOX, Event.THAW): S.DRAFT,

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from sqlalchemy import or_, select, update
+from sqlalchemy.orm import Session
 
 from bot.costs import plan_spend
 from bot.db import Database, rows_changed
@@ -18,11 +19,13 @@ from bot.models import (
     Lesson,
     LessonState,
     Plan,
+    PlanPart,
     PlanRevision,
     PlanState,
     utcnow,
 )
-from bot.render import Verification, status_comment
+from bot.plans import latest_plan, parent_of
+from bot.render import PartShown, Verification, status_comment
 from bot.snapshots import changes_since, describe_changes
 
 # A publisher that died while posting the first comment gives its claim up after this.
@@ -39,8 +42,17 @@ class _Shown:
     comment_id: int | None
 
 
-def publish_status(db: Database, client: RepoClient, plan_id: int, rounds: int = 3) -> None:
-    """Render the plan as it stands and make the issue show it."""
+def publish_status(db: Database, client: RepoClient, plan_id: int) -> None:
+    """Render the plan as it stands and make the issue show it; a part's state shows on
+    its split parent's issue too."""
+    _show(db, client, plan_id, rounds=3)
+    with db.session() as session:
+        parent = parent_of(session, session.get_one(Plan, plan_id))
+    if parent is not None:
+        publish_status(db, client, parent)
+
+
+def _show(db: Database, client: RepoClient, plan_id: int, rounds: int) -> None:
     shown = _render(db, client, plan_id)
     if shown.comment_id is None:
         if not _claim_first_post(db, plan_id):
@@ -57,7 +69,23 @@ def publish_status(db: Database, client: RepoClient, plan_id: int, rounds: int =
     # older status (this writer landing last, or a publisher that left it to us): show it.
     now = _render(db, client, plan_id)
     if (now.body, now.state) != (shown.body, shown.state) and rounds > 1:
-        publish_status(db, client, plan_id, rounds - 1)
+        _show(db, client, plan_id, rounds - 1)
+
+
+def _parts(session: Session, plan: Plan) -> list[PartShown]:
+    """The parts `/split` made of the plan, each with its own plan's state."""
+    shown = []
+    for part in session.scalars(
+        select(PlanPart).where(PlanPart.plan_id == plan.id).order_by(PlanPart.number)
+    ):
+        child = (
+            latest_plan(session, plan.repository_id, part.issue_number)
+            if part.issue_number
+            else None
+        )
+        state = child.state.value if child else None
+        shown.append(PartShown(part.number, part.title, part.after, part.issue_number, state))
+    return shown
 
 
 def _render(db: Database, client: RepoClient, plan_id: int) -> _Shown:
@@ -82,6 +110,7 @@ def _render(db: Database, client: RepoClient, plan_id: int) -> _Shown:
         ).all()
         spend = plan_spend(session, plan_id)
         changes = describe_changes(changes_since(session, plan))
+        split_into = _parts(session, plan)
         waiting = session.scalar(
             select(Job.error)
             .where(
@@ -104,6 +133,7 @@ def _render(db: Database, client: RepoClient, plan_id: int) -> _Shown:
         used=used,
         proposed=proposed,
         waiting=waiting,
+        split_into=split_into,
     )
     return _Shown(body, plan.state, plan.issue_number, plan.status_comment_id)
 

@@ -108,6 +108,9 @@ class Issue:
     created_at: datetime = field(default_factory=_now)
     updated_at: datetime = field(default_factory=_now)
     closed_at: datetime | None = None
+    parent_id: int | None = None  # the issue this one is a sub-issue of
+    sub_issue_order: int = 0
+    blocked_by: list[int] = field(default_factory=list)  # ids of the issues blocking it
 
 
 @dataclass
@@ -720,6 +723,29 @@ class GitHubState:
         """Put a label on an issue as a person would, before GitHub sends `issues.labeled`."""
         with self.lock:
             self.attach_label(self.issue_record(full_name, number), name)
+
+    def sub_issue_numbers(self, full_name: str, number: int) -> list[int]:
+        """The numbers of an issue's sub-issues, in the order they were added."""
+        with self.lock:
+            parent = self.issue_record(full_name, number)
+            return [each.number for each in self.children_of(parent)]
+
+    def blocking_numbers(self, full_name: str, number: int) -> list[int]:
+        """The numbers of the issues an issue is blocked by."""
+        with self.lock:
+            found = self.issue_record(full_name, number)
+            return [self.issue_by_id(each).number for each in found.blocked_by]
+
+    def children_of(self, parent: Issue) -> list[Issue]:
+        children = [each for each in self.issues.values() if each.parent_id == parent.id]
+        return sorted(children, key=lambda each: each.sub_issue_order)
+
+    def issue_by_id(self, issue_id: int) -> Issue:
+        """Return the issue with this id, or raise KeyError."""
+        for each in self.issues.values():
+            if each.id == issue_id:
+                return each
+        raise KeyError(issue_id)
 
     def take_label(self, full_name: str, number: int, name: str) -> None:
         """Take a label off an issue as a person would, before GitHub sends `unlabeled`."""
@@ -1349,6 +1375,53 @@ def update_comment(owner: str, repo: str, comment_id: int) -> ResponseReturnValu
     comment.body = _body()["body"]
     comment.updated_at = _now()
     return jsonify(_render().comment(comment))
+
+
+# Sub-issues and dependencies ---------------------------------------------------
+
+
+@bp.get(f"{REPO}/issues/<int:number>/sub_issues")
+def list_sub_issues(owner: str, repo: str, number: int) -> ResponseReturnValue:
+    """GET /repos/{o}/{r}/issues/{n}/sub_issues."""
+    parent = _issue(owner, repo, number)
+    render = _render()
+    return _paginated([render.issue(each) for each in _state().children_of(parent)])
+
+
+@bp.post(f"{REPO}/issues/<int:number>/sub_issues")
+def add_sub_issue(owner: str, repo: str, number: int) -> ResponseReturnValue:
+    """POST /repos/{o}/{r}/issues/{n}/sub_issues: 422 when it already has a parent."""
+    parent, payload, state = _issue(owner, repo, number), _body(), _state()
+    try:
+        child = state.issue_by_id(int(payload["sub_issue_id"]))
+    except KeyError:
+        raise GitHubError(404, "Not Found") from None
+    if child.parent_id is not None and not payload.get("replace_parent"):
+        raise GitHubError(422, "Sub-issue already has a parent")
+    child.parent_id = parent.id
+    child.sub_issue_order = state.next_id()
+    return jsonify(_render().issue(parent)), 201
+
+
+@bp.get(f"{REPO}/issues/<int:number>/dependencies/blocked_by")
+def list_blocked_by(owner: str, repo: str, number: int) -> ResponseReturnValue:
+    """GET /repos/{o}/{r}/issues/{n}/dependencies/blocked_by."""
+    found, state, render = _issue(owner, repo, number), _state(), _render()
+    return _paginated([render.issue(state.issue_by_id(each)) for each in found.blocked_by])
+
+
+@bp.post(f"{REPO}/issues/<int:number>/dependencies/blocked_by")
+def add_blocked_by(owner: str, repo: str, number: int) -> ResponseReturnValue:
+    """POST /repos/{o}/{r}/issues/{n}/dependencies/blocked_by: 422 when already linked."""
+    found, payload, state = _issue(owner, repo, number), _body(), _state()
+    try:
+        blocker = state.issue_by_id(int(payload["issue_id"]))
+    except KeyError:
+        raise GitHubError(404, "Not Found") from None
+    if blocker.id in found.blocked_by or blocker.id == found.id:
+        raise GitHubError(422, "Validation Failed")
+    found.blocked_by.append(blocker.id)
+    return jsonify(_render().issue(blocker)), 201
 
 
 # Labels ----------------------------------------------------------------------

@@ -8,7 +8,8 @@ that job ends. Either plan approved with `/approve parallel` is held by none and
 none; a plan that states no scope cannot be forecast and is not held.
 
 Only earlier jobs (lower ids) hold a job, so two plans never wait for each other, and
-two workers looking at once agree on which goes first.
+two workers looking at once agree on which goes first. A part of a split plan also waits
+for the parts it comes after (`(after N)`, bot/parts.py) to be merged.
 """
 
 from __future__ import annotations
@@ -17,10 +18,22 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from bot.models import Approval, ApprovalKind, Job, JobState, Plan, PlanRevision, Stage, utcnow
+from bot.models import (
+    Approval,
+    ApprovalKind,
+    Job,
+    JobState,
+    Plan,
+    PlanPart,
+    PlanRevision,
+    PlanState,
+    Stage,
+    utcnow,
+)
+from bot.plans import latest_plan, parent_of
 from bot.status import publish_status
 from tasks.checks.diffcheck import path_matches
 from tasks.context import WorkerContext
@@ -41,25 +54,25 @@ class Approved:
 
 @dataclass(frozen=True)
 class Blocker:
-    """The plan a job waits for, and where their scopes meet."""
+    """The plan a job waits for, and the words that say why."""
 
     plan_id: int
-    issue_number: int
-    mine: str
-    theirs: str
+    why: str
 
     @property
     def key(self) -> str:
         return f"plan:{self.plan_id}"
 
     def __str__(self) -> str:
-        where = (
-            f"`{self.mine}`" if self.mine == self.theirs else f"`{self.mine}` and `{self.theirs}`"
-        )
-        return (
-            f"queued: waits for #{self.issue_number}, whose scope meets this plan's at "
-            f"{where}; `/approve parallel` lets them run together"
-        )
+        return f"queued: {self.why}"
+
+
+def _meeting(issue_number: int, mine: str, theirs: str) -> str:
+    where = f"`{mine}`" if mine == theirs else f"`{mine}` and `{theirs}`"
+    return (
+        f"waits for #{issue_number}, whose scope meets this plan's at {where}; "
+        "`/approve parallel` lets them run together"
+    )
 
 
 def scopes_meet(mine: Sequence[str], theirs: Sequence[str]) -> tuple[str, str] | None:
@@ -114,8 +127,34 @@ def approved(session: Session, plan: Plan) -> Approved:
 
 
 def blocker_of(session: Session, job: Job) -> Blocker | None:
-    """The earlier editing job of another plan whose scope meets this one's, if any."""
+    """What holds the job back: an earlier part of its split not merged yet, or the earlier
+    editing job of another plan whose scope meets this one's; None when nothing does."""
     plan = session.get_one(Plan, job.plan_id)
+    return _earlier_part(session, plan) or _overlapping(session, plan, job)
+
+
+def _earlier_part(session: Session, plan: Plan) -> Blocker | None:
+    """A part waits for the parts it comes after (`(after N)`) to be merged."""
+    parent_id = parent_of(session, plan)
+    if parent_id is None:
+        return None
+    parts = {
+        part.number: part
+        for part in session.scalars(select(PlanPart).where(PlanPart.plan_id == parent_id))
+    }
+    mine = next(part for part in parts.values() if part.issue_number == plan.issue_number)
+    for number in mine.after:
+        earlier = parts[number].issue_number
+        done = earlier and latest_plan(session, plan.repository_id, earlier)
+        if not done or done.state != PlanState.MERGED:
+            child = done.id if done else parent_id
+            return Blocker(
+                child, f"part {mine.number} executes once part {number} (#{earlier}) is merged"
+            )
+    return None
+
+
+def _overlapping(session: Session, plan: Plan, job: Job) -> Blocker | None:
     mine = approved(session, plan)
     if not mine.scope or mine.parallel:
         return None
@@ -135,7 +174,7 @@ def blocker_of(session: Session, job: Job) -> Blocker | None:
         theirs = approved(session, other)
         meet = None if theirs.parallel else scopes_meet(mine.scope, theirs.scope)
         if meet:
-            return Blocker(other.id, other.issue_number, *meet)
+            return Blocker(other.id, _meeting(other.issue_number, *meet))
     return None
 
 
@@ -150,6 +189,8 @@ def wait_for_scope(wctx: WorkerContext, job: Job) -> bool:
     if blocker is None:
         if job.waiting_on and job.waiting_on.startswith("plan:"):
             mark_waiting(wctx.db, job.id, None)  # its wait is over: its work starts now
+        if job.stage == Stage.EXECUTE and plan.head_sha is None and _comes_after(wctx, plan):
+            _rebase(wctx, plan)
         return False
     mark_waiting(wctx.db, job.id, blocker.key)
     stands = str(blocker)
@@ -158,3 +199,28 @@ def wait_for_scope(wctx: WorkerContext, job: Job) -> bool:
             wctx.db, wctx.client(plan.installation_id, plan.repository.full_name), plan.id
         )
     return True
+
+
+def _comes_after(wctx: WorkerContext, plan: Plan) -> bool:
+    with wctx.db.session() as session:
+        parent_id = parent_of(session, plan)
+        return parent_id is not None and bool(
+            session.scalar(
+                select(PlanPart.after).where(
+                    PlanPart.plan_id == parent_id, PlanPart.issue_number == plan.issue_number
+                )
+            )
+        )
+
+
+def _rebase(wctx: WorkerContext, plan: Plan) -> None:
+    """A part that waited for earlier parts starts from the default branch they merged
+    into, not from the one its approval saw."""
+    head = wctx.client(plan.installation_id, plan.repository.full_name).default_branch_sha()
+    with wctx.db.session() as session:
+        session.execute(
+            update(Plan)
+            .where(Plan.id == plan.id, Plan.head_sha.is_(None))
+            .values(base_sha=head)
+            .execution_options(synchronize_session=False)
+        )

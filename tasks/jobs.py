@@ -13,6 +13,7 @@ from tasks.forecast import wait_for_scope
 from tasks.leases import Heartbeat, claim, finish
 from tasks.slots import give_back, wait_for_slots
 from tasks.stages.execution import run_execution, run_recheck
+from tasks.stages.parts import open_parts
 from tasks.stages.planning import run_planning
 from tasks.stages.pulls import open_pull_request
 
@@ -26,6 +27,7 @@ STAGES: dict[str, RunStage] = {
     Stage.REWORK: run_execution,
     Stage.OPEN_PR: open_pull_request,
     Stage.RECHECK: run_recheck,
+    Stage.PARTS: open_parts,
 }
 
 

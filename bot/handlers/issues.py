@@ -9,7 +9,7 @@ from bot.event_router import Router
 from bot.github import LABEL_PREFIX
 from bot.handlers.installations import remember_installation, remember_repository
 from bot.models import Job, JobState, Plan, Stage
-from bot.plans import active_plan, add_job, advance, start_plan
+from bot.plans import active_plan, add_job, advance, new_plan, start_plan
 from bot.queue import CLEANUP, RUN_JOB
 from bot.render import config_error
 from bot.repo_config import (
@@ -70,16 +70,13 @@ def label_added(ctx: Context, payload: dict[str, Any]) -> None:
         return
     remember_installation(ctx.session, payload)
     remember_repository(ctx.session, installation_id, repo)
-    plan = Plan(
+    plan = new_plan(
+        config,
+        ctx.settings.default_agent,
         repository_id=repo["id"],
         installation_id=installation_id,
-        issue_number=issue["number"],
-        issue_title=issue.get("title") or "",
-        issue_author=(issue.get("user") or {}).get("login", ""),
+        issue=issue,
         clone_url=repo["clone_url"],
-        agent=config.agent or ctx.settings.default_agent,
-        model=config.model,
-        budget_usd=config.budget.plan_usd,
         priority=_priority(issue, config),
     )
     if not start_plan(ctx.session, plan):

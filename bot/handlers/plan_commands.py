@@ -23,11 +23,13 @@ from bot.models import (
     ApprovalKind,
     CheckResult,
     Plan,
+    PlanPart,
     PlanRevision,
     PlanState,
     Stage,
     utcnow,
 )
+from bot.parts import PartsError, proposed_parts
 from bot.plans import add_job, advance
 from bot.queue import RUN_JOB
 from bot.render import cost_reply, status_reply
@@ -187,17 +189,53 @@ def revise_plan(request: Request, command: Command, plan: Plan) -> str | None:
 REPLAN_FEEDBACK = {
     "expand": "Expand the plan: more detail per step, the exact files and functions to change, "
     "and the tests that will prove each step.",
-    "split": "Split the work into smaller plans that can each be reviewed and merged on their "
-    "own. Describe each part with its own scope; this plan covers the first part only.",
+    "split": "Split the work into parts that can each be planned, reviewed and merged on their "
+    "own. Keep the plan's other sections for the whole, and add a **Parts** section: a "
+    "numbered list, each item a part's title on one line (ending `(after N)` when it needs "
+    "part N merged first), with its description and its own scope indented under it.",
 }
 
 
 @action("expand")
-@action("split")
 def replan(request: Request, command: Command, plan: Plan) -> str | None:
-    """Ask the agent for a more detailed plan, or for the first of several smaller ones."""
-    event = Event.EXPAND if command.name == "expand" else Event.SPLIT
-    return _replan(request, plan, event, REPLAN_FEEDBACK[command.name], command.name)
+    """Ask the agent for a more detailed plan."""
+    return _replan(request, plan, Event.EXPAND, REPLAN_FEEDBACK["expand"], "expand")
+
+
+@action("split")
+def split(request: Request, command: Command, plan: Plan) -> str | None:
+    """Open the parts the current revision proposes as sub-issues of this one, each planned
+    on its own; a revision that proposes none is asked for again, with parts."""
+    revision = request.ctx.session.scalars(
+        select(PlanRevision).where(
+            PlanRevision.plan_id == plan.id, PlanRevision.number == plan.current_revision
+        )
+    ).one()
+    try:
+        found = proposed_parts(revision.body)
+    except PartsError as error:
+        return f"r{revision.number} cannot be split: {error}. Answer `/revise` with how to fix it."
+    if not found:
+        return _replan(request, plan, Event.SPLIT, REPLAN_FEEDBACK["split"], "split")
+    if request.written_before(revision.created_at):
+        return (
+            f"r{revision.number} was posted after this comment was written, so the comment "
+            "does not split it. Read it and answer `/split` again."
+        )
+    if not advance(request.ctx.session, plan, Event.SPLIT_INTO_PARTS, actor=request.actor):
+        return "The plan changed while this command was handled; read it again."
+    request.ctx.session.add_all(
+        PlanPart(
+            plan_id=plan.id,
+            number=part.number,
+            title=part.title,
+            body=part.body,
+            after=list(part.after),
+        )
+        for part in found
+    )
+    _queue(request, plan, Stage.PARTS, f"parts:r{revision.number}")
+    return None
 
 
 def _replan(request: Request, plan: Plan, event: Event, feedback: str, program: str) -> str | None:

@@ -15,7 +15,7 @@ from bot.db import Database
 from bot.event_router import Router
 from bot.github import RepoClient, is_gaffers_pull
 from bot.models import AuditEvent, Notice, Plan, PlanState, aware, utcnow
-from bot.plans import advance
+from bot.plans import advance, parent_of, parts_all_merged
 from bot.queue import CLEANUP
 from bot.render import foreign_pull_note
 from bot.states import Event
@@ -39,6 +39,25 @@ def pull_request_closed(ctx: Context, payload: dict[str, Any]) -> None:
     if advance(ctx.session, plan, event, actor=sender):
         ctx.publish_status(plan.installation_id, repo["full_name"], plan.id)
         ctx.enqueue(CLEANUP, plan_id=plan.id)
+        if event == Event.PR_MERGED:
+            _finish_parent(ctx, plan, repo["full_name"])
+
+
+def _finish_parent(ctx: Context, part: Plan, full_name: str) -> None:
+    """The last part of a split plan merged: the parent is done, and its issue closes."""
+    parent_id = parent_of(ctx.session, part)
+    merged = parts_all_merged(ctx.session, parent_id) if parent_id else None
+    if parent_id is None or merged is None:
+        return
+    parent = ctx.session.get_one(Plan, parent_id)
+    if not advance(ctx.session, parent, Event.PARTS_MERGED, actor="gaffer"):
+        return
+    ctx.publish_status(parent.installation_id, full_name, parent.id)
+    client = ctx.github(parent.installation_id, full_name)
+    listed = ", ".join(f"#{number}" for number in merged)
+    number = parent.issue_number
+    ctx.after_commit(lambda: client.reply(number, f"Every part was merged ({listed}): closing."))
+    ctx.after_commit(lambda: client.close_issue(number))
 
 
 # The body GitHub's "Revert" button writes: "Reverts owner/repo#12".

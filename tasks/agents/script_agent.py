@@ -23,6 +23,9 @@ labelled `gaffer-script` (normally written in the issue body), holding YAML:
     plan:                         # steps run before the plan is printed (e.g. sleep, fail)
       - sleep: 1
     scope: [src/*.py, README.md]  # the plan's Scope section (none without this key)
+    parts:                        # the plan's Parts section, for /split (none without it)
+      - {title: Add the model}
+      - {title: Serve it, after: [1], body: "The API."}
     ```
 
 A bare list of steps means `execute:`. Paths are relative to the worktree (the cwd) and may
@@ -192,6 +195,13 @@ def render_plan(prompt: str, script: Mapping[str, list[Any]], stage: str) -> str
     ]
     if script.get("scope"):
         lines += ["", "**Scope**", *(f"- `{path}`" for path in script["scope"])]
+    if script.get("parts"):
+        lines += ["", "**Parts**"]
+        for number, part in enumerate(script["parts"], 1):
+            after = part.get("after") or []
+            ending = f" (after {', '.join(str(n) for n in after)})" if after else ""
+            lines.append(f"{number}. {part['title']}{ending}")
+            lines += [f"   {line}" for line in str(part.get("body", "")).splitlines()]
     return "\n".join(lines)
 
 
