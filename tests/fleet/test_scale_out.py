@@ -1,5 +1,6 @@
 """Two agent machines (separate GAFFER_HOMEs) on one database and broker: a repository limit
-holds across them, and a machine SIGKILLed mid-job has its job finished by the other."""
+holds across them, a machine SIGKILLed mid-job has its job finished by the other, and each
+machine reaps what was left on its own disk."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def test_a_machine_killed_mid_job_leaves_its_job_to_the_other_and_limits_hold(
     app, client, github, origin: Path, start_worker, server_config: Path, tmp_path: Path
 ) -> None:
     server_config.write_text(
-        server_config.read_text() + "limits: {repository: 1}\nreconcile_every_s: 2\n"
+        server_config.read_text()
+        + "limits: {repository: 1}\nreconcile_every_s: 2\nreap_every_s: 1\n"
     )
     github_worker = start_worker("github", concurrency=3, beat=True, wait=False)
     doomed = start_worker("agent", home=tmp_path / "machine-a", lease_seconds=5, wait=False)
@@ -73,3 +75,19 @@ def test_a_machine_killed_mid_job_leaves_its_job_to_the_other_and_limits_hold(
     for (_, ended), (started, _) in zip(runs, runs[1:], strict=False):
         assert started >= ended, "two plans of the repository ran at once"
     assert (tmp_path / "machine-b" / "jobs").is_dir()  # B worked in its own home
+
+    # A's planning worktree stayed on A's disk when A died; B never sees it. A back up
+    # reaps it, and B has left none of its own.
+    assert planning_worktrees(tmp_path / "machine-a")
+    start_worker("agent", home=tmp_path / "machine-a")
+    wait_for(
+        lambda: not planning_worktrees(tmp_path / "machine-a"),
+        what="machine A to reap the worktree its killed job left",
+    )
+    assert not planning_worktrees(tmp_path / "machine-b")
+
+
+def planning_worktrees(home: Path) -> list[str]:
+    """The read-only worktrees of planning jobs on a machine's disk."""
+    root = home / "worktrees" / ".readonly"
+    return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
