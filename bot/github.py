@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -314,6 +315,8 @@ class PullsMixin:
     """Branches, check runs and pull requests: the write side of the diff checkpoint."""
 
     repo: Any
+    gh: Github
+    full_name: str
     writes: Rewriter
     mask: SecretMask
     bot_login: Callable[[], str]
@@ -345,31 +348,45 @@ class PullsMixin:
 
     def check_run(self, head_sha: str, name: str, external_id: str, **fields: Any) -> CheckRunRef:
         """Create or update the check run with this external_id on head_sha."""
-        if "output" in fields:  # a check's output may print anything it could read
-            fields = {**fields, "output": self.mask.masked(fields["output"])}
-        return self.writes.rewrite(
-            lambda: self._write_check_run(head_sha, name, external_id, fields)
-        )
+        body = _check_run_body(self.mask, fields)
+        return self.writes.rewrite(lambda: self._write_check_run(head_sha, name, external_id, body))
+
+    def update_check_run(self, run_id: int, **fields: Any) -> CheckRunRef:
+        """Update the check run gaffer made with id run_id (an update is safe to repeat)."""
+        path = f"/repos/{self.full_name}/check-runs/{run_id}"
+        body = _check_run_body(self.mask, fields)
+        return self.writes.rewrite(lambda: _check_run_ref(self._send("PATCH", path, body)))
 
     def _write_check_run(
-        self, head_sha: str, name: str, external_id: str, fields: dict[str, Any]
+        self, head_sha: str, name: str, external_id: str, body: dict[str, Any]
     ) -> CheckRunRef:
+        runs = f"/repos/{self.full_name}/check-runs"
         existing = self._find_check_run(head_sha, name, external_id)
         if existing is None:
-            run = self.repo.create_check_run(
-                name=name, head_sha=head_sha, external_id=external_id, **fields
-            )
-        else:
-            existing.edit(**fields)
-            run = existing
-        return CheckRunRef(int(run.id), str(run.html_url))
+            made = {"name": name, "head_sha": head_sha, "external_id": external_id, **body}
+            return _check_run_ref(self._send("POST", runs, made))
+        return _check_run_ref(self._send("PATCH", f"{runs}/{existing}", body))
 
-    def _find_check_run(self, head_sha: str, name: str, external_id: str) -> Any:
-        # A create that timed out may have succeeded: look before creating again.
-        for run in self.repo.get_commit(head_sha).get_check_runs(check_name=name):
-            if run.external_id == external_id:
-                return run
+    def _find_check_run(self, head_sha: str, name: str, external_id: str) -> int | None:
+        """Return the id of the check run named name with external_id on head_sha, if any."""
+        # A create that timed out may have succeeded: look before creating again, in one
+        # request a page (through the commit, PyGithub would first read the commit itself).
+        path = f"/repos/{self.full_name}/commits/{quote(head_sha, safe='')}/check-runs"
+        for page in itertools.count(1):
+            _, found = self.gh.requester.requestJsonAndCheck(
+                "GET", path, parameters={"check_name": name, "per_page": 100, "page": page}
+            )
+            runs = found.get("check_runs") or []
+            for run in runs:
+                if run.get("external_id") == external_id:
+                    return int(run["id"])
+            if len(runs) < 100:
+                return None
         return None
+
+    def _send(self, verb: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        _, answer = self.gh.requester.requestJsonAndCheck(verb, path, input=body)
+        return dict(answer or {})
 
     def open_pull(self, branch: str, base: str, title: str, body: str) -> tuple[int, str]:
         """Return (number, head sha) of gaffer's open PR from branch, creating it if needed.
@@ -423,6 +440,26 @@ class PullsMixin:
             if text is not None:
                 return text
         return None
+
+
+def _check_run_body(mask: SecretMask, fields: dict[str, Any]) -> dict[str, Any]:
+    """Return a check run's fields as GitHub takes them: times as UTC text, output masked
+    (a check's output may print anything it could read)."""
+    body = {
+        key: _utc_text(value) if isinstance(value, datetime) else value
+        for key, value in fields.items()
+    }
+    if "output" in body:
+        body["output"] = mask.masked(body["output"])
+    return body
+
+
+def _utc_text(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _check_run_ref(run: dict[str, Any]) -> CheckRunRef:
+    return CheckRunRef(int(run["id"]), str(run["html_url"]))
 
 
 PR_TEMPLATES = (
@@ -560,58 +597,38 @@ class RepoClient(PullsMixin):
             lambda: self.gh.requester.requestJsonAndCheck("POST", path, input={"content": content})
         )
 
-    def opened_part(
-        self, title: str, body: str, labels: list[str], marker: str, since: datetime
-    ) -> tuple[int, int]:
-        """Open a part's issue once (by marker) and return its number and its id."""
-        number = self.open_issue_once(title, body, labels, marker, since)
-        return number, int(self.issue(number).id)
-
-    def add_sub_issue(self, parent: int, child_id: int) -> None:
-        """Make the issue with child_id a sub-issue of parent, unless it already is."""
-        path = f"/repos/{self.full_name}/issues/{parent}/sub_issues"
-        self.writes.rewrite(lambda: self._link_once(path, "sub_issue_id", child_id))
-
-    def add_blocked_by(self, number: int, blocker_id: int) -> None:
-        """Record that the issue is blocked by the issue with blocker_id, unless it is."""
-        path = f"/repos/{self.full_name}/issues/{number}/dependencies/blocked_by"
-        self.writes.rewrite(lambda: self._link_once(path, "issue_id", blocker_id))
-
-    def _link_once(self, path: str, field: str, issue_id: int) -> None:
-        # A link that timed out may have been made: look before making it.
-        _, linked = self.gh.requester.requestJsonAndCheck("GET", path, parameters={"per_page": 100})
-        if any(each.get("id") == issue_id for each in linked or []):
-            return
-        self.gh.requester.requestJsonAndCheck("POST", path, input={field: issue_id})
-
-    def close_issue(self, number: int) -> None:
-        """Close the issue as completed (closing a closed issue changes nothing)."""
-        issue = self.issue(number)
-        if issue.state != "closed":
-            self.writes.rewrite(lambda: issue.edit(state="closed", state_reason="completed"))
-
     def upsert_status(self, number: int, body: str, known_id: int | None) -> int:
         """Edit gaffer's one status comment on the issue, creating it only if none exists."""
         body = self.mask(body)
         return self.writes.rewrite(lambda: self._write_status(number, body, known_id))
 
     def _write_status(self, number: int, body: str, known_id: int | None) -> int:
+        if known_id is not None and self._edit_comment(known_id, body):
+            return known_id
         # A create that timed out may have posted the comment: look by marker before creating.
         issue = self.issue(number)
-        comment = self._status_comment(issue, known_id)
+        comment = self._status_comment(issue)
         if comment is None:
             return int(issue.create_comment(body).id)
         if comment.body != body:
             comment.edit(body)
         return int(comment.id)
 
-    def _status_comment(self, issue: Any, known_id: int | None) -> Any:
-        if known_id is not None:
-            try:
-                return issue.get_comment(known_id)
-            except GithubException as error:
-                if error.status != 404:
-                    raise
+    def _edit_comment(self, comment_id: int, body: str) -> bool:
+        """Make a comment say body, reading it by id (not through its issue, a request
+        more) and writing only if it says something else; False if it is gone."""
+        path = f"/repos/{self.full_name}/issues/comments/{comment_id}"
+        try:
+            _, comment = self.gh.requester.requestJsonAndCheck("GET", path)
+        except GithubException as error:
+            if error.status == 404:
+                return False
+            raise
+        if comment.get("body") != body:
+            self.gh.requester.requestJsonAndCheck("PATCH", path, input={"body": body})
+        return True
+
+    def _status_comment(self, issue: Any) -> Any:
         for comment in issue.get_comments():
             if STATUS_MARKER in (comment.body or "") and self._is_ours(comment):
                 return comment

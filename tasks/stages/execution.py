@@ -56,11 +56,13 @@ def run_execution(wctx: WorkerContext, job: Job) -> None:
         return
     client = wctx.client(plan.installation_id, plan.repository.full_name)
     publish_status(wctx.db, client, plan.id)
+    shown = False
     try:
         config = fetch_repo_config(client, wctx.setting("defaults", None))
         with _leased_worktree(wctx, plan, plan.base_sha or "") as worktree:
             _work_and_verify(_prepare(wctx, job, plan, client, config, worktree))
         finish(wctx.db, job.id, wctx.worker_id, JobState.DONE)
+        shown = True  # by the plan's last move, which published what there is to show
     except Held as held:
         # The plan stays `executing`; the job waits in the queue and starts from the branch.
         if park(wctx, job.id, held.until, str(held)) and held.tell:
@@ -70,7 +72,8 @@ def run_execution(wctx: WorkerContext, job: Job) -> None:
     except Exception as error:  # noqa: BLE001 - any fault fails the job by policy, said on the issue
         _fail(wctx, job, plan.id, f"{type(error).__name__}: {error}")
     finally:
-        publish_status(wctx.db, client, plan.id)
+        if not shown:
+            publish_status(wctx.db, client, plan.id)
 
 
 def run_recheck(wctx: WorkerContext, job: Job) -> None:

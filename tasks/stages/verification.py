@@ -231,28 +231,27 @@ def _complete(
     check_run_id: int | None,
     annotations: Sequence[dict[str, Any]] = (),
 ) -> None:
-    """Complete the check run; its annotations go with it, the rest in later updates (the
-    Checks API takes 50 a request and appends each request's to the run's)."""
+    """Complete the check run (made now unless check_run_id says which); its annotations
+    go with it, the rest in later updates (the Checks API takes 50 a request and appends
+    each request's to the run's)."""
     fields: dict[str, Any] = {"title": output.title, "summary": output.summary}
     if output.text:
         fields["text"] = output.text
     first, *more = list(batches(annotations)) or [[]]
-    ref = space.client.check_run(
-        head_sha,
-        check_run_name(name),
-        ext,
-        status="completed",
-        conclusion=output.conclusion,
-        completed_at=datetime.now(UTC),
-        output={**fields, **({"annotations": first} if first else {})},
-    )
+    done: dict[str, Any] = {
+        "status": "completed",
+        "conclusion": output.conclusion,
+        "completed_at": datetime.now(UTC),
+        "output": {**fields, **({"annotations": first} if first else {})},
+    }
+    client = space.client
+    if check_run_id is None:
+        ref = client.check_run(head_sha, check_run_name(name), ext, **done)
+    else:
+        ref = client.update_check_run(check_run_id, **done)
     for batch in more:
-        space.client.check_run(
-            head_sha,
-            check_run_name(name),
-            ext,
-            output={"title": output.title, "summary": output.summary, "annotations": batch},
-        )
+        more_output = {"title": output.title, "summary": output.summary, "annotations": batch}
+        client.update_check_run(ref.id, output=more_output)
     _record(space, head_sha, name, output, ref.id, ref.html_url)
 
 
