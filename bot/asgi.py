@@ -7,6 +7,12 @@ never one of the threads that answer GitHub, and is cut off at the deadline with
 Run it with `gunicorn --worker-class asgi 'bot.asgi:create_asgi_app()'`; `gaffer web`
 and `gaffer run` do.
 
+A signed GitHub delivery that gaffer stores is answered by the front itself: the checks of
+bot/webhooks.py run on the loop, the delivery goes to the process's intake writer
+(bot/intake.py) and the loop answers once it is committed, with no thread of the pool and
+no Flask. Every other request to the receiver (refused, ping, an event gaffer ignores) goes
+on to Flask's route, which checks it the same way, answers and logs it.
+
 Flask's answer is collected whole on its thread and sent in one message: gaffer's answers
 are small (a JSON line, a dashboard page, a bundle built in memory), and one hop back to
 the loop per request costs far less than one per chunk.
@@ -16,14 +22,17 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import sys
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from flask import Flask
 
 from bot.app import create_app
+from bot.intake import DeliveryWriter
+from bot.webhooks import GITHUB_PATH, check_github, stored_answer
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -86,6 +95,30 @@ class WholeRequests:
             chunks.append(chunk)
             if not message.get("more_body"):
                 return b"".join(chunks)
+
+
+class GitHubIntake:
+    """Store signed GitHub deliveries from the loop; hand every other request to app."""
+
+    def __init__(self, app: ASGIApp, writer: DeliveryWriter, secrets: Sequence[str]) -> None:
+        self.app, self.writer, self.secrets = app, writer, secrets
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["path"] != GITHUB_PATH or scope["method"] != "POST" or scope.get("root_path"):
+            await self.app(scope, receive, send)
+            return
+        body = (await receive()).get("body") or b""
+        headers = {
+            name.decode("latin-1"): value.decode("latin-1")
+            for name, value in scope.get("headers") or ()
+        }
+        verdict = check_github(lambda name: headers.get(name, ""), body, self.secrets)
+        if verdict.row is None:
+            await self.app(scope, _replay(body), send)
+            return
+        new = await asyncio.wrap_future(self.writer.submit(verdict.row))
+        message, status = stored_answer(new)
+        await _answer(send, status, message, key="message", close=False)
 
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
@@ -187,13 +220,16 @@ def _declared_length(scope: Scope) -> int:
     return 0
 
 
-async def _answer(send: Send, status: int, text: str) -> None:
-    body = f'{{"error": "{text}"}}'.encode()
+async def _answer(
+    send: Send, status: int, text: str, *, key: str = "error", close: bool = True
+) -> None:
+    body = json.dumps({key: text}).encode()
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
-        (b"connection", b"close"),
     ]
+    if close:
+        headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -217,8 +253,10 @@ def create_asgi_app() -> WholeRequests:
 def front(app: Flask) -> WholeRequests:
     """Put a Flask app built by create_app behind the whole-request front."""
     settings = app.config["GAFFER"]
+    flask = WsgiOnThreads(app, threads=WEB_THREADS)
+    intake = app.extensions.get("gaffer_intake")
     return WholeRequests(
-        WsgiOnThreads(app, threads=WEB_THREADS),
+        GitHubIntake(flask, intake, settings.webhook_secrets) if intake else flask,
         max_bytes=settings.max_body_bytes,
         seconds=settings.body_seconds,
     )

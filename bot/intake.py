@@ -1,6 +1,7 @@
 """Store deliveries once, durably: the requests a web process receives together share a commit.
 
-Each request thread hands its delivery to the process's writer and waits. The writer takes
+Each request hands its delivery to the process's writer and waits (a Flask thread on a
+future's result, the web front's event loop on the same future). The writer takes
 every delivery waiting at that moment, inserts them in one statement and one transaction
 (on PostgreSQL with a NOTIFY for the outbox's relays, bot/outbox.py) and wakes each
 request when the commit is done, saying whether its delivery was new. A request answers
@@ -11,11 +12,13 @@ costs the database and the web process far less than a transaction each.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.dialects import postgresql, sqlite
 
 from bot.models import Delivery
@@ -30,9 +33,7 @@ IDLE_S = 10.0
 @dataclass
 class _Waiting:
     row: dict[str, Any]
-    done: threading.Event = field(default_factory=threading.Event)
-    stored: bool = False
-    error: BaseException | None = None
+    done: Future[bool] = field(default_factory=Future)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -49,11 +50,18 @@ class DeliveryWriter:
         self._pending: list[_Waiting] = []
         self._wakeup = threading.Condition()
         self._writing = False
+        # The writer's connection, kept while batches follow each other: no checkout and
+        # ping per batch under load, back in the pool when nothing waits.
+        self._connection: Connection | None = None
 
     def store(self, row: dict[str, Any]) -> bool:
         """Store one delivery row and return True once committed, or False if a delivery
         with its key (source, hook_id, delivery_id) was stored before. Raises what the
         database raised."""
+        return self.submit(row).result()
+
+    def submit(self, row: dict[str, Any]) -> Future[bool]:
+        """Hand one delivery row to the writer; the future says what store() returns."""
         waiting = _Waiting(row)
         with self._wakeup:
             self._pending.append(waiting)
@@ -61,13 +69,14 @@ class DeliveryWriter:
                 self._writing = True
                 threading.Thread(target=self._write_all, name="gaffer-intake", daemon=True).start()
             self._wakeup.notify()
-        waiting.done.wait()
-        if waiting.error is not None:
-            raise waiting.error
-        return waiting.stored
+        return waiting.done
 
     def _write_all(self) -> None:
         while True:
+            with self._wakeup:
+                idle = not self._pending
+            if idle:  # under load a batch is waiting by the time the last one is written
+                self._let_go()
             with self._wakeup:
                 if not self._pending:
                     self._wakeup.wait(IDLE_S)
@@ -79,23 +88,33 @@ class DeliveryWriter:
 
     def _write(self, batch: list[_Waiting]) -> None:
         try:
-            with self.engine.begin() as connection:
-                rows = connection.execute(self.insert, [each.row for each in batch])
+            if self._connection is None:
+                self._connection = self.engine.connect()
+            with self._connection.begin():
+                rows = self._connection.execute(self.insert, [each.row for each in batch])
                 new = {tuple(row) for row in rows}
                 if new and self.postgres:
-                    connection.execute(NOTIFY)  # the relays hear of them when this commits
+                    self._connection.execute(NOTIFY)  # the relays hear when this commits
         except BaseException as error:  # every waiting request answers with it
+            self._let_go(broken=True)
             for each in batch:
-                each.error = error
-                each.done.set()
+                each.done.set_exception(error)
             if not isinstance(error, Exception):
                 raise
             return
         for each in batch:
             # The same key twice in one batch: the first is the one stored.
-            each.stored = each.key in new
+            each.done.set_result(each.key in new)
             new.discard(each.key)
-            each.done.set()
+
+    def _let_go(self, *, broken: bool = False) -> None:
+        if self._connection is None:
+            return
+        with contextlib.suppress(Exception):  # a broken connection may fail to close
+            if broken:
+                self._connection.invalidate()
+            self._connection.close()
+        self._connection = None
 
 
 def _insert_once(dialect: Any) -> Any:

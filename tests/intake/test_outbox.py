@@ -159,7 +159,7 @@ def test_a_database_that_refuses_the_write_gets_no_202(app, client, monkeypatch)
     def refuse(*_: Any, **__: Any) -> Any:
         raise ConnectionError("the database is away")
 
-    monkeypatch.setattr(engine, "begin", refuse)
+    monkeypatch.setattr(engine, "connect", refuse)
     app.config["PROPAGATE_EXCEPTIONS"] = False  # answered as gunicorn would, with a 500
     response = deliver(client, "issues", PAYLOAD, delivery_id="d-1")
     assert response.status_code == 500
