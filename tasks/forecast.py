@@ -189,7 +189,7 @@ def wait_for_scope(wctx: WorkerContext, job: Job) -> bool:
     if blocker is None:
         if job.waiting_on and job.waiting_on.startswith("plan:"):
             mark_waiting(wctx.db, job.id, None)  # its wait is over: its work starts now
-        if job.stage == Stage.EXECUTE and plan.head_sha is None and _comes_after(wctx, plan):
+        if job.stage == Stage.EXECUTE and plan.branch is None and _comes_after(wctx, plan):
             _rebase(wctx, plan)
         return False
     mark_waiting(wctx.db, job.id, blocker.key)
@@ -215,12 +215,13 @@ def _comes_after(wctx: WorkerContext, plan: Plan) -> bool:
 
 def _rebase(wctx: WorkerContext, plan: Plan) -> None:
     """A part that waited for earlier parts starts from the default branch they merged
-    into, not from the one its approval saw."""
+    into, not from the one its approval saw (only before its branch exists: a resumed job
+    goes on from its pushed branch)."""
     head = wctx.client(plan.installation_id, plan.repository.full_name).default_branch_sha()
     with wctx.db.session() as session:
         session.execute(
             update(Plan)
-            .where(Plan.id == plan.id, Plan.head_sha.is_(None))
+            .where(Plan.id == plan.id, Plan.branch.is_(None))
             .values(base_sha=head)
             .execution_options(synchronize_session=False)
         )
