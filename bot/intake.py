@@ -2,8 +2,8 @@
 
 Each request hands its delivery to the process's writer and waits (a Flask thread on a
 future's result, the web front's event loop on the same future). The writer takes
-every delivery waiting at that moment, inserts them in one statement and one transaction
-(on PostgreSQL with a NOTIFY for the outbox's relays, bot/outbox.py) and wakes each
+every delivery waiting at that moment, inserts them in one statement, its own transaction
+(on PostgreSQL notifying the outbox's relays, bot/outbox.py), and wakes each
 request when the commit is done, saying whether its delivery was new. A request answers
 GitHub only after that, so an answered delivery is on disk. With one request in flight a
 transaction holds one row, as before; under load one commit serves many requests, which
@@ -18,11 +18,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, func
 from sqlalchemy.dialects import postgresql, sqlite
 
 from bot.models import Delivery
-from bot.outbox import NOTIFY
+from bot.outbox import CHANNEL
 
 # At most this many deliveries in one statement: a few megabytes of payloads.
 MAX_BATCH = 64
@@ -46,7 +46,7 @@ class DeliveryWriter:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.postgres = engine.dialect.name == "postgresql"
-        self.insert = _insert_once(postgresql if self.postgres else sqlite)
+        self.insert = _insert_once(self.postgres)
         self._pending: list[_Waiting] = []
         self._wakeup = threading.Condition()
         self._writing = False
@@ -89,12 +89,11 @@ class DeliveryWriter:
     def _write(self, batch: list[_Waiting]) -> None:
         try:
             if self._connection is None:
-                self._connection = self.engine.connect()
-            with self._connection.begin():
-                rows = self._connection.execute(self.insert, [each.row for each in batch])
-                new = {tuple(row) for row in rows}
-                if new and self.postgres:
-                    self._connection.execute(NOTIFY)  # the relays hear when this commits
+                # One statement is one transaction: committed, on disk, when it returns.
+                connection = self.engine.connect()
+                self._connection = connection.execution_options(isolation_level="AUTOCOMMIT")
+            rows = self._connection.execute(self.insert, [each.row for each in batch])
+            new = {tuple(row)[:3] for row in rows}
         except BaseException as error:  # every waiting request answers with it
             self._let_go(broken=True)
             for each in batch:
@@ -117,11 +116,17 @@ class DeliveryWriter:
         self._connection = None
 
 
-def _insert_once(dialect: Any) -> Any:
-    # A row whose key is taken is not stored and returns nothing; built once, as only the
-    # values change from one batch to the next.
-    return (
-        dialect.insert(Delivery)
-        .on_conflict_do_nothing(index_elements=["source", "hook_id", "delivery_id"])
-        .returning(Delivery.source, Delivery.hook_id, Delivery.delivery_id)
+def _insert_once(postgres: bool) -> Any:
+    """The batch's one statement: a row whose key is taken is not stored and returns
+    nothing. Built once, as only the values change from one batch to the next."""
+    key = (Delivery.source, Delivery.hook_id, Delivery.delivery_id)
+    statement = (
+        (postgresql if postgres else sqlite)
+        .insert(Delivery)
+        .on_conflict_do_nothing(index_elements=[column.name for column in key])
     )
+    if postgres:
+        # Each stored row tells the outbox's relays, in the same statement (PostgreSQL sends
+        # one notification per transaction, at its commit), saving a round trip.
+        return statement.returning(*key, func.pg_notify(CHANNEL, ""))
+    return statement.returning(*key)

@@ -7,7 +7,8 @@ each as `gaffer.process_delivery`. A relay that dies between its claim and its s
 the row claimed; the reconciler sends it again once it is stale (tasks/recovery/
 reconcile.py). Processing checks `processed_at` first, so a row sent twice runs once.
 
-On PostgreSQL the storing transaction NOTIFYs the relays, which LISTEN and wake at once;
+On PostgreSQL the statement that stores deliveries notifies the relays (bot/intake.py),
+which LISTEN and wake at once;
 on SQLite they look every `POLL_S`. Either way they look again every `IDLE_CHECK_S`.
 """
 
@@ -27,7 +28,6 @@ from bot.models import Delivery, utcnow
 log = logging.getLogger(__name__)
 
 CHANNEL = "gaffer_deliveries"
-NOTIFY = text(f"NOTIFY {CHANNEL}")
 BATCH = 200
 POLL_S = 0.1
 IDLE_CHECK_S = 5.0
@@ -95,6 +95,10 @@ class Relay:
     def stop(self) -> None:
         self.stopped.set()
         if self.thread.is_alive():
+            if self._postgres:  # it may be listening: a notification ends the wait now
+                with contextlib.suppress(Exception), self.db.engine.connect() as connection:
+                    connection.execute(text(f"NOTIFY {CHANNEL}"))
+                    connection.commit()
             self.thread.join(timeout=10)
 
     def _run(self) -> None:
@@ -116,8 +120,12 @@ class Relay:
             self._wait_for_news()
         self._close_listener()
 
+    @property
+    def _postgres(self) -> bool:
+        return self.db.engine.dialect.name == "postgresql"
+
     def _wait_for_news(self) -> None:
-        if self.db.engine.dialect.name != "postgresql":
+        if not self._postgres:
             self.stopped.wait(POLL_S)
             return
         # One notification is enough: the next look finds every row stored since.

@@ -50,8 +50,10 @@ def broker() -> Broker:
 
 
 @pytest.fixture
-def running_relay(app, broker: Broker) -> Iterator[Relay]:
-    """The relay a worker of the github queue runs, here on a thread of this process."""
+def running_relay(app, broker: Broker, monkeypatch) -> Iterator[Relay]:
+    """The relay a worker of the github queue runs, here on a thread of this process. It
+    looks unprompted only once an hour: on PostgreSQL the store's notification wakes it."""
+    monkeypatch.setattr("bot.outbox.IDLE_CHECK_S", 3600)
     relay = Relay(app.extensions["gaffer_db"], broker.send).start()
     yield relay
     relay.stop()
