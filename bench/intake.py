@@ -1,7 +1,7 @@
 """Signed deliveries per second through `gaffer web` on PostgreSQL and Redis, beside a bare
 Flask endpoint served the same way.
 
-    .venv/bin/python bench/intake.py [--requests 6000] [--connections 16] [--rounds 3]
+    .venv/bin/python bench/intake.py [--requests 6000] [--connections 16] [--rounds 5]
 
 Two servers run side by side, each the gunicorn command `gaffer web` runs (bot.cli's
 gunicorn_argv: the event-loop worker, whole requests read before Flask answers, the same
@@ -57,6 +57,7 @@ class Run:
     latencies: list[float]
     server_cpu_s: float
     generator_cpu_s: float
+    database_cpu_s: float
 
     @property
     def rate(self) -> float:
@@ -74,8 +75,8 @@ def main() -> None:
         load("/webhooks/github", body, args, requests=WARM_UP)
         runs: dict[str, list[Run]] = {"bare": [], "gaffer": []}
         for _ in range(args.rounds):
-            runs["bare"].append(measure(bare, "/bare", body, args, BARE_PORT))
-            runs["gaffer"].append(measure(gaffer, "/webhooks/github", body, args, PORT))
+            runs["bare"].append(measure(bare, "/bare", body, args, BARE_PORT, database))
+            runs["gaffer"].append(measure(gaffer, "/webhooks/github", body, args, PORT, database))
     finally:
         for server in (gaffer, bare):
             server.terminate()
@@ -90,7 +91,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--connections", "--clients", dest="clients", type=int, default=16)
     parser.add_argument("--generators", type=int, default=2, help="load processes")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers (gaffer web's)")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     return parser.parse_args()
 
 
@@ -186,13 +187,22 @@ def post(
 
 
 def measure(
-    server: subprocess.Popen[bytes], path: str, body: bytes, args: argparse.Namespace, port: int
+    server: subprocess.Popen[bytes],
+    path: str,
+    body: bytes,
+    args: argparse.Namespace,
+    port: int,
+    database: str,
 ) -> Run:
-    """Load one server with --requests deliveries; note the CPU its workers spent on them."""
+    """Load one server with --requests deliveries; note the CPU its workers and the
+    database's server processes for its connections spent on them."""
     before = _cpu_seconds(_children(server.pid))
+    backends = _backends(database)
+    database_before = _cpu_seconds(backends)
     seconds, latencies, generator_cpu = _load(path, body, args, port, args.requests)
     spent = _cpu_seconds(_children(server.pid)) - before
-    return Run(seconds, latencies, spent, generator_cpu)
+    database_spent = _cpu_seconds(backends) - database_before
+    return Run(seconds, latencies, spent, generator_cpu, database_spent)
 
 
 def load(
@@ -302,13 +312,32 @@ def _children(pid: int) -> list[int]:
 
 
 def _cpu_seconds(pids: list[int]) -> float:
-    """User and system CPU seconds the processes have spent so far."""
+    """User and system CPU seconds the processes have spent so far (0 for one gone)."""
     ticks = os.sysconf("SC_CLK_TCK")
     total = 0
     for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
         total += int(fields[11]) + int(fields[12])  # utime, stime
     return total / ticks
+
+
+def _backends(database: str) -> list[int]:
+    """The PostgreSQL server processes serving connections to database (on this machine;
+    the warm-up has opened them)."""
+    engine = create_engine(database)
+    with engine.connect() as conn:
+        pids = conn.execute(
+            text(
+                "SELECT pid FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        ).scalars()
+        found = [int(pid) for pid in pids]
+    engine.dispose()
+    return found
 
 
 def _stored(database: str) -> tuple[int, int]:
@@ -322,6 +351,13 @@ def _stored(database: str) -> tuple[int, int]:
     return int(rows), int(distinct)
 
 
+def _cpu_model() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    models = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    return models[0] if models else platform.machine()
+
+
 def _report(
     runs: dict[str, list[Run]],
     body: bytes,
@@ -331,7 +367,7 @@ def _report(
     sent: int,
 ) -> None:
     print(
-        f"{os.cpu_count()} cores ({platform.processor() or platform.machine()}), "
+        f"{os.cpu_count()} cores ({_cpu_model()}), "
         f"load average {os.getloadavg()[0]:.1f} at the end; {args.workers} gunicorn workers "
         f"each; {args.clients} connections from {args.generators} load processes; "
         f"GitHub's issue_comment example, {len(body):,} bytes"
@@ -346,8 +382,12 @@ def _report(
         n = len(middle.latencies)
         print(
             f"{label:<20} {middle.rate:6.0f} /s  (rounds: {each})  p50 {cuts[49] * 1000:5.1f} ms"
-            f"  p99 {cuts[98] * 1000:5.1f} ms  server CPU {middle.server_cpu_s / n * 1000:.2f} ms"
-            f"  load CPU {middle.generator_cpu_s / n * 1000:.2f} ms per request"
+            f"  p99 {cuts[98] * 1000:5.1f} ms"
+        )
+        print(
+            f"{'':<20} CPU per request: web {middle.server_cpu_s / n * 1000:.2f} ms, "
+            f"database {middle.database_cpu_s / n * 1000:.2f} ms, "
+            f"load {middle.generator_cpu_s / n * 1000:.2f} ms"
         )
     print(f"gaffer / bare: {medians['gaffer'] / medians['bare']:.2f}")
     rows, distinct = stored
