@@ -17,6 +17,7 @@ QUIET_POLL_S seconds, for messages put from another machine or a ring that went 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import select
@@ -91,6 +92,8 @@ class Doorbell:
         if self._path is not None:
             self._path.unlink(missing_ok=True)
             self._path = None
+            with contextlib.suppress(OSError):  # the last to leave takes the folder away
+                self.folder.rmdir()
 
     def _listen(self) -> socket.socket | None:
         if self._socket is None:
