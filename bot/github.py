@@ -597,6 +597,36 @@ class RepoClient(PullsMixin):
             lambda: self.gh.requester.requestJsonAndCheck("POST", path, input={"content": content})
         )
 
+    def opened_part(
+        self, title: str, body: str, labels: list[str], marker: str, since: datetime
+    ) -> tuple[int, int]:
+        """Open a part's issue once (by marker) and return its number and its id."""
+        number = self.open_issue_once(title, body, labels, marker, since)
+        return number, int(self.issue(number).id)
+
+    def add_sub_issue(self, parent: int, child_id: int) -> None:
+        """Make the issue with child_id a sub-issue of parent, unless it already is."""
+        path = f"/repos/{self.full_name}/issues/{parent}/sub_issues"
+        self.writes.rewrite(lambda: self._link_once(path, "sub_issue_id", child_id))
+
+    def add_blocked_by(self, number: int, blocker_id: int) -> None:
+        """Record that the issue is blocked by the issue with blocker_id, unless it is."""
+        path = f"/repos/{self.full_name}/issues/{number}/dependencies/blocked_by"
+        self.writes.rewrite(lambda: self._link_once(path, "issue_id", blocker_id))
+
+    def _link_once(self, path: str, field: str, issue_id: int) -> None:
+        # A link that timed out may have been made: look before making it.
+        _, linked = self.gh.requester.requestJsonAndCheck("GET", path, parameters={"per_page": 100})
+        if any(each.get("id") == issue_id for each in linked or []):
+            return
+        self.gh.requester.requestJsonAndCheck("POST", path, input={field: issue_id})
+
+    def close_issue(self, number: int) -> None:
+        """Close the issue as completed (closing a closed issue changes nothing)."""
+        issue = self.issue(number)
+        if issue.state != "closed":
+            self.writes.rewrite(lambda: issue.edit(state="closed", state_reason="completed"))
+
     def upsert_status(self, number: int, body: str, known_id: int | None) -> int:
         """Edit gaffer's one status comment on the issue, creating it only if none exists."""
         body = self.mask(body)
