@@ -176,6 +176,9 @@ class Plan(Base):
     model: Mapped[str | None] = mapped_column(String(200))
     # 0 is the most urgent; None takes the repository's `priority` (tasks/slots.py reads it).
     priority: Mapped[int | None] = mapped_column(Integer)
+    # The repository's own limit on agent jobs at once (`concurrency`), as it was set when
+    # the plan began, like its agent and budget.
+    concurrency: Mapped[int | None] = mapped_column(Integer)
     status_comment_id: Mapped[int | None] = mapped_column(BigInteger)
     # Set by the one publisher posting the first status comment, so no other posts one too.
     status_claimed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

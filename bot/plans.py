@@ -101,6 +101,7 @@ def new_plan(
         model=config.model,
         budget_usd=config.budget.plan_usd,
         priority=priority,
+        concurrency=config.concurrency,
     )
 
 

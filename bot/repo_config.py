@@ -32,6 +32,7 @@ RESERVED_CHECK_NAMES = frozenset(BUILT_IN_CHECKS)
 # `gaffer: p0` .. `gaffer: p3`. Under a concurrency limit the more urgent job goes first.
 DEFAULT_PRIORITY = 2
 LOWEST_PRIORITY = 3
+MAX_CONCURRENCY = 100
 PRIORITY_LABEL = re.compile(r"gaffer:\s*p([0-3])", re.IGNORECASE)
 
 
@@ -100,6 +101,8 @@ class RepoConfig:
     checks_network: bool = True
     budget: Budget = field(default_factory=Budget)
     priority: int = DEFAULT_PRIORITY
+    # Agent jobs of this repository at once; the server's own limit, if lower, wins.
+    concurrency: int | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -202,6 +205,9 @@ def _validate(raw: dict[str, Any]) -> RepoConfig:
         checks_network=_bool(raw, "checks_network"),
         budget=_budget(raw.get("budget") or {}),
         priority=_int(raw, "priority", low=0, high=LOWEST_PRIORITY),
+        concurrency=None
+        if raw.get("concurrency") is None
+        else _int(raw, "concurrency", low=1, high=MAX_CONCURRENCY),
         extra=extra,
     )
 

@@ -6,6 +6,9 @@
       account: 3                        # agent jobs running at once on one provider account
       accounts: {ANTHROPIC_API_KEY: 2}  # by the key's env name, over `account`
 
+A repository may set its own `concurrency` in .github/gaffer.yml (a plan keeps the value
+it began with, as it keeps its agent); the lower of it and the server's limit holds.
+
 Before its agent starts, a job takes a slot in every limited scope, and it gives them back
 when it ends or parks. A scope's slots are rows of `slots`, taken by compare-and-swap, so
 two workers never hold one slot; a slot whose job stopped running or lost its lease is free
@@ -50,10 +53,18 @@ class Scope:
     limit: int
 
 
-def scopes_of(limits: Mapping[str, Any], repository: str, account: str | None) -> list[Scope]:
-    """The limited scopes a job of this repository and provider account runs under."""
+def scopes_of(
+    limits: Mapping[str, Any],
+    repository: str,
+    account: str | None,
+    repository_own: int | None = None,
+) -> list[Scope]:
+    """The limited scopes a job of this repository and provider account runs under; a
+    repository's own `concurrency` (its .github/gaffer.yml) counts when it is the lower."""
     found = []
     per_repository = _limit(limits, "repositories", repository.lower(), "repository")
+    if repository_own is not None:
+        per_repository = min(per_repository or repository_own, repository_own)
     if per_repository is not None:
         found.append(Scope(f"repository:{repository.lower()}", repository, per_repository))
     if account is not None:
@@ -204,16 +215,19 @@ def _ordinal(number: int) -> str:
 
 def wait_for_slots(wctx: WorkerContext, job: Job) -> bool:
     """Take the job's slots, or park it to look again and say where it stands; True if parked."""
-    limits = wctx.setting("limits", None) or {}
-    if job.stage not in LIMITED_STAGES or not limits:
+    if job.stage not in LIMITED_STAGES:
         return False
+    limits = wctx.setting("limits", None) or {}
     with wctx.db.session() as session:
         plan = session.get_one(Plan, job.plan_id)
+    if not limits and plan.concurrency is None:
+        return False
     try:
         account: str | None = account_of(agent_of(wctx, plan), os.environ)
     except NoAgent:
         account = None  # the stage says so on the issue; no account to count it against
-    full = take(wctx.db, job.id, scopes_of(limits, plan.repository.full_name, account))
+    scopes = scopes_of(limits, plan.repository.full_name, account, plan.concurrency)
+    full = take(wctx.db, job.id, scopes)
     mark_waiting(wctx.db, job.id, full.key if full else None)
     if full is None:
         return False

@@ -6,10 +6,12 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
 from sqlalchemy import select
 
 from bot.models import Job, Plan, PlanState, aware
 from double.driver import IssueFlow
+from double.origin import commit_to_origin
 from tests.conftest import INSTALLATION_ID, REPO
 from tests.support import WEBHOOK_SECRET, wait_for
 
@@ -17,10 +19,14 @@ ISSUES = 5
 BODY = "The widget is slow.\n\n```gaffer-script\nplan:\n  - sleep: 2\n```\n"
 
 
+@pytest.mark.parametrize("where", ["server", "repository"])
 def test_a_repository_limit_of_one_holds_across_two_agent_workers(
-    app, client, github, origin: Path, start_worker, server_config: Path
+    app, client, github, origin: Path, start_worker, server_config: Path, where: str
 ) -> None:
-    server_config.write_text(server_config.read_text() + "limits: {repository: 1}\n")
+    if where == "server":
+        server_config.write_text(server_config.read_text() + "limits: {repository: 1}\n")
+    else:  # the repository's own .github/gaffer.yml
+        commit_to_origin(origin, {".github/gaffer.yml": "concurrency: 1\n"}, "one at a time")
     workers = [
         start_worker("github", concurrency=3, wait=False),
         start_worker("agent", concurrency=2, wait=False),

@@ -43,6 +43,19 @@ def test_the_scopes_a_job_counts_against(limits, expected) -> None:
     assert [(s.key, s.label, s.limit) for s in found] == expected
 
 
+@pytest.mark.parametrize(
+    ("limits", "own", "expected"),
+    [
+        pytest.param({}, 1, 1, id="the repository's own alone"),
+        pytest.param({"repository": 3}, 1, 1, id="the repository's lower own"),
+        pytest.param({"repository": 1}, 5, 1, id="the server's lower limit"),
+    ],
+)
+def test_a_repositorys_own_concurrency_counts_when_it_is_the_lower(limits, own, expected) -> None:
+    [scope] = scopes_of(limits, "octo/widgets", None, own)
+    assert (scope.key, scope.limit) == ("repository:octo/widgets", expected)
+
+
 @pytest.mark.parametrize("limit", [0, "2", True])
 def test_a_limit_that_is_not_a_whole_number_above_zero_is_refused(limit) -> None:
     with pytest.raises(ValueError, match="whole number"):

@@ -1,4 +1,5 @@
-"""plan_parts: the sub-issues `/split` made of a plan, in order, and which must merge first
+"""plan_parts: the sub-issues `/split` made of a plan, in order, and which must merge first;
+plans.concurrency: the repository's own limit, as its config read when the plan began
 
 Revision ID: 0012
 Revises: 0011
@@ -34,6 +35,9 @@ def upgrade() -> None:
         sa.UniqueConstraint("plan_id", "number"),
     )
 
+    op.add_column("plans", sa.Column("concurrency", sa.Integer(), nullable=True))
+
 
 def downgrade() -> None:
+    op.drop_column("plans", "concurrency")
     op.drop_table("plan_parts")
