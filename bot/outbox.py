@@ -105,6 +105,8 @@ class Relay:
         failing = False
         while not self.stopped.is_set():
             try:
+                if self._postgres:
+                    self._listen()  # before looking: a row stored after the look wakes it
                 if relay_once(self.db, self.send) == BATCH:
                     continue  # there may be more
             except Exception:  # noqa: BLE001 - the database or the broker is away; try again
