@@ -82,7 +82,9 @@ def main() -> None:
             server.terminate()
             server.wait()
     sent = WARM_UP + args.rounds * args.requests
-    _report(runs, body, args, stored=_stored(database), sent=sent)
+    stored = _stored(database)
+    drop_database(database)
+    _report(runs, body, args, stored=stored, sent=sent)
 
 
 def _arguments() -> argparse.Namespace:
@@ -119,6 +121,14 @@ def fresh_database() -> str:
     url = f"{PG}/{name}"
     upgrade(url)
     return url
+
+
+def drop_database(url: str) -> None:
+    """Drop a database fresh_database made, once nothing uses it."""
+    admin = create_engine(f"{PG}/test", isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)'))
+    admin.dispose()
 
 
 def bare_argv(workers: int) -> list[str]:
