@@ -72,6 +72,14 @@ class DeliveryWriter:
         return waiting.done
 
     def _write_all(self) -> None:
+        try:
+            self._write_batches()
+        except BaseException:  # the thread dies: the next delivery must start another
+            with self._wakeup:
+                self._writing = False
+            raise
+
+    def _write_batches(self) -> None:
         while True:
             with self._wakeup:
                 idle = not self._pending
@@ -87,6 +95,10 @@ class DeliveryWriter:
             self._write(batch)
 
     def _write(self, batch: list[_Waiting]) -> None:
+        # A request whose client went away has cancelled its future: its row is written
+        # all the same, and nobody is told. The others can no longer be cancelled.
+        for each in batch:
+            each.done.set_running_or_notify_cancel()
         try:
             if self._connection is None:
                 # One statement is one transaction: committed, on disk, when it returns.
@@ -97,13 +109,15 @@ class DeliveryWriter:
         except BaseException as error:  # every waiting request answers with it
             self._let_go(broken=True)
             for each in batch:
-                each.done.set_exception(error)
+                if not each.done.cancelled():
+                    each.done.set_exception(error)
             if not isinstance(error, Exception):
                 raise
             return
         for each in batch:
             # The same key twice in one batch: the first is the one stored.
-            each.done.set_result(each.key in new)
+            if not each.done.cancelled():
+                each.done.set_result(each.key in new)
             new.discard(each.key)
 
     def _let_go(self, *, broken: bool = False) -> None:

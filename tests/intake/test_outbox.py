@@ -18,6 +18,7 @@ from sqlalchemy import select, update
 
 from bot.models import Delivery, utcnow
 from bot.outbox import Relay, relay_once
+from bot.webhooks import delivery_row
 from tasks.recovery.reconcile import resend_outbox
 from tests.support import deliver, issue, labeled, repository, wait_for
 
@@ -165,3 +166,24 @@ def test_a_database_that_refuses_the_write_gets_no_202(app, client, monkeypatch)
     app.config["PROPAGATE_EXCEPTIONS"] = False  # answered as gunicorn would, with a 500
     response = deliver(client, "issues", PAYLOAD, delivery_id="d-1")
     assert response.status_code == 500
+
+
+def test_a_request_given_up_on_mid_write_does_not_stop_the_writer(app) -> None:
+    """The front cancels a request whose client hung up (GitHub does after 10 s): its row is
+    stored all the same, and the writer goes on storing the next ones."""
+    writer = app.extensions["gaffer_intake"]
+
+    def row(delivery_id: str) -> dict[str, Any]:
+        return delivery_row(
+            source="github",
+            hook_id="1",
+            delivery_id=delivery_id,
+            event="issues",
+            action="labeled",
+            body=b"{}",
+        )
+
+    abandoned = writer.submit(row("d-gone"))
+    abandoned.cancel()  # before the writer thread has had its turn
+    assert writer.submit(row("d-next")).result(timeout=10) is True
+    assert sorted(each.delivery_id for each in rows(app)) == ["d-gone", "d-next"]
