@@ -112,12 +112,14 @@ _STOP_GRACE_S = 30
 
 
 class _Stop:
-    """SIGINT or SIGTERM noted, not raised: the supervisor stops the parts when it sees it."""
+    """SIGINT, SIGTERM or SIGHUP noted, not raised: the supervisor stops the parts when it
+    sees it."""
 
     def __init__(self) -> None:
         self.asked = False
-        signal.signal(signal.SIGTERM, self._note)
-        signal.signal(signal.SIGINT, self._note)
+        # The terminal closing (SIGHUP) too: the parts, in their own groups, would not hear it.
+        for asked in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(asked, self._note)
 
     def _note(self, _signum: int, _frame: object) -> None:
         self.asked = True

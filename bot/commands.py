@@ -162,9 +162,10 @@ REGISTRY: tuple[CommandSpec, ...] = (
         "split",
         "",
         "Open the parts the plan proposes as sub-issues, each planned on its own (`after` "
-        "ones wait for those they name to merge); without parts, a revision proposing them.",
+        "ones wait for those they name to merge); without parts, a revision proposing them; "
+        "on a split plan, the parts not opened yet.",
         Who.WRITER,
-        states=(PlanState.DRAFT,),
+        states=(PlanState.DRAFT, PlanState.SPLIT),
     ),
     _spec(
         "approve-diff",

@@ -9,6 +9,8 @@
 Each numbered line is a part's title, and the lines under it until the next part or
 section are its description. `(after 1)` or `(after 1, 2)` names parts that must be merged
 before this one executes; only earlier parts may be named, so the order has no cycle.
+Hidden HTML comments and gaffer's markers are taken out: a part's issue says only what the
+writer who approved the split could read.
 """
 
 from __future__ import annotations
@@ -26,6 +28,16 @@ _HEADING = re.compile(
 _NEXT_SECTION = re.compile(r"^\s*(?:#{1,6}\s|(?:\*\*|__)[A-Za-z][A-Za-z ]*(?:\*\*|__)\s*:?\s*$)")
 _ITEM = re.compile(r"^\s{0,3}(?P<number>\d{1,3})[.)]\s+(?P<title>.+?)\s*$")
 _AFTER = re.compile(r"\(\s*after\s+(?P<parts>[\d\s,and]+?)\s*\)", re.IGNORECASE)
+
+
+# What a part's issue must not carry from the agent's text: hidden comments (unseen by the
+# writer who reviewed the plan, read by the next prompt) and gaffer's own markers.
+_HIDDEN = re.compile(r"<!--.*?(?:-->|$)", re.DOTALL)
+_MARKER = re.compile(r"gaffer:part", re.IGNORECASE)
+
+
+def _shown(text: str) -> str:
+    return _MARKER.sub("gaffer part", _HIDDEN.sub("", text))
 
 
 class PartsError(ValueError):
@@ -88,7 +100,7 @@ def _part(index: int, number: int, title: str, body: list[str]) -> Part:
         after += [int(n) for n in re.findall(r"\d+", found["parts"])]
     if any(not 1 <= earlier < number for earlier in after):
         raise PartsError(f"part {number} may only come after earlier parts (1 to {number - 1})")
-    title = " ".join(_AFTER.sub("", title).replace("**", "").split())[:MAX_TITLE]
+    title = " ".join(_shown(_AFTER.sub("", title)).replace("**", "").split())[:MAX_TITLE]
     if not title:
         raise PartsError(f"part {number} has no title")
-    return Part(number, title, "\n".join(body).strip(), tuple(sorted(set(after))))
+    return Part(number, title, _shown("\n".join(body)).strip(), tuple(sorted(set(after))))

@@ -130,16 +130,8 @@ def add_job(session: Session, plan: Plan, stage: str, key: str, **fields: Any) -
 
 def parent_of(session: Session, plan: Plan) -> int | None:
     """The split plan this plan's issue is a part of, if any."""
-    return session.scalar(
-        select(PlanPart.plan_id)
-        .join(Plan, Plan.id == PlanPart.plan_id)
-        .where(
-            Plan.repository_id == plan.repository_id,
-            PlanPart.issue_number == plan.issue_number,
-        )
-        .order_by(PlanPart.id.desc())
-        .limit(1)
-    )
+    parent = split_parent(session, plan.repository_id, plan.issue_number)
+    return parent.id if parent is not None else None
 
 
 def parts_all_merged(session: Session, parent_id: int) -> list[int] | None:
@@ -157,3 +149,25 @@ def parts_all_merged(session: Session, parent_id: int) -> list[int] | None:
         if not child or child.state != PlanState.MERGED:
             return None
     return [number for number in numbers if number]
+
+
+def split_parent(session: Session, repository_id: int, issue_number: int) -> Plan | None:
+    """The split plan whose part this issue is, if any."""
+    parent_id = session.scalar(
+        select(PlanPart.plan_id)
+        .join(Plan, Plan.id == PlanPart.plan_id)
+        .where(Plan.repository_id == repository_id, PlanPart.issue_number == issue_number)
+        .order_by(PlanPart.id.desc())
+        .limit(1)
+    )
+    return session.get(Plan, parent_id) if parent_id is not None else None
+
+
+def inherit_from_parent(session: Session, plan: Plan) -> None:
+    """A part's plan answers to its parent's issue author (the bot opened the part's issue,
+    so `allow_self_approval` would otherwise not hold) and keeps the parent's priority."""
+    parent = split_parent(session, plan.repository_id, plan.issue_number)
+    if parent is not None:
+        plan.issue_author = parent.issue_author
+        if parent.priority is not None:
+            plan.priority = parent.priority

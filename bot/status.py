@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -28,6 +29,8 @@ from bot.plans import latest_plan, parent_of
 from bot.render import PartShown, Verification, status_comment
 from bot.snapshots import changes_since, describe_changes
 
+log = logging.getLogger(__name__)
+
 # A publisher that died while posting the first comment gives its claim up after this.
 CLAIM_FOR = timedelta(seconds=60)
 
@@ -48,8 +51,14 @@ def publish_status(db: Database, client: RepoClient, plan_id: int) -> None:
     _show(db, client, plan_id, rounds=3)
     with db.session() as session:
         parent = parent_of(session, session.get_one(Plan, plan_id))
-    if parent is not None:
+    if parent is None:
+        return
+    try:
         publish_status(db, client, parent)
+    except Exception:  # the part's own work does not fail for its parent's issue
+        log.warning(
+            "could not show plan %s's part on its parent %s", plan_id, parent, exc_info=True
+        )
 
 
 def _show(db: Database, client: RepoClient, plan_id: int, rounds: int) -> None:

@@ -171,6 +171,8 @@ def _overlapping(session: Session, plan: Plan, job: Job) -> Blocker | None:
         .order_by(Job.id)
     ).scalars()
     for other in earlier.unique():
+        if _earlier_part(session, other) is not None:
+            continue  # it waits for parts to merge, not to edit: it holds nobody meanwhile
         theirs = approved(session, other)
         meet = None if theirs.parallel else scopes_meet(mine.scope, theirs.scope)
         if meet:

@@ -116,7 +116,8 @@ def _line(db: Database, scope: Scope, job_id: int) -> list[int]:
                     Job.id == job_id,
                     and_(
                         Job.waiting_on == scope.key,
-                        Job.state == JobState.QUEUED,
+                        # A waiter a worker has taken up to look again is still in line.
+                        Job.state.in_((JobState.QUEUED, JobState.RUNNING)),
                         Job.parked_until >= now - STILL_WAITING,
                     ),
                 )

@@ -9,7 +9,7 @@ from bot.event_router import Router
 from bot.github import LABEL_PREFIX
 from bot.handlers.installations import remember_installation, remember_repository
 from bot.models import Job, JobState, Plan, Stage
-from bot.plans import active_plan, add_job, advance, new_plan, start_plan
+from bot.plans import active_plan, add_job, advance, inherit_from_parent, new_plan, start_plan
 from bot.queue import CLEANUP, RUN_JOB
 from bot.render import config_error
 from bot.repo_config import (
@@ -79,6 +79,7 @@ def label_added(ctx: Context, payload: dict[str, Any]) -> None:
         clone_url=repo["clone_url"],
         priority=_priority(issue, config),
     )
+    inherit_from_parent(ctx.session, plan)
     if not start_plan(ctx.session, plan):
         return
     job = add_job(ctx.session, plan, Stage.PLAN, "plan:r1")

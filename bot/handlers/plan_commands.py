@@ -22,6 +22,8 @@ from bot.models import (
     Approval,
     ApprovalKind,
     CheckResult,
+    Job,
+    JobState,
     Plan,
     PlanPart,
     PlanRevision,
@@ -205,7 +207,10 @@ def replan(request: Request, command: Command, plan: Plan) -> str | None:
 @action("split")
 def split(request: Request, command: Command, plan: Plan) -> str | None:
     """Open the parts the current revision proposes as sub-issues of this one, each planned
-    on its own; a revision that proposes none is asked for again, with parts."""
+    on its own; a revision that proposes none is asked for again, with parts. On a plan
+    already split, open what an earlier try could not."""
+    if plan.state == PlanState.SPLIT:
+        return _split_again(request, plan)
     revision = request.ctx.session.scalars(
         select(PlanRevision).where(
             PlanRevision.plan_id == plan.id, PlanRevision.number == plan.current_revision
@@ -235,6 +240,16 @@ def split(request: Request, command: Command, plan: Plan) -> str | None:
         for part in found
     )
     _queue(request, plan, Stage.PARTS, f"parts:r{revision.number}")
+    return None
+
+
+def _split_again(request: Request, plan: Plan) -> str | None:
+    tries = request.ctx.session.scalars(
+        select(Job).where(Job.plan_id == plan.id, Job.stage == Stage.PARTS)
+    ).all()
+    if any(job.state in (JobState.QUEUED, JobState.RUNNING) for job in tries):
+        return "gaffer is opening the parts already; the status comment shows them as they open."
+    _queue(request, plan, Stage.PARTS, f"parts:r{plan.current_revision}:{len(tries) + 1}")
     return None
 
 

@@ -44,13 +44,16 @@ def pull_request_closed(ctx: Context, payload: dict[str, Any]) -> None:
 
 
 def _finish_parent(ctx: Context, part: Plan, full_name: str) -> None:
-    """The last part of a split plan merged: the parent is done, and its issue closes."""
+    """The last part of a split plan merged: the parent is done, and its issue closes (and
+    so on up, when the parent was itself a part)."""
     parent_id = parent_of(ctx.session, part)
-    merged = parts_all_merged(ctx.session, parent_id) if parent_id else None
-    if parent_id is None or merged is None:
+    if parent_id is None:
         return
-    parent = ctx.session.get_one(Plan, parent_id)
-    if not advance(ctx.session, parent, Event.PARTS_MERGED, actor="gaffer"):
+    # Two parts merging at once: the second to lock the parent sees the first one merged.
+    ctx.session.execute(select(Plan.id).where(Plan.id == parent_id).with_for_update())
+    parent = ctx.session.get_one(Plan, parent_id, populate_existing=True)
+    merged = parts_all_merged(ctx.session, parent_id)
+    if merged is None or not advance(ctx.session, parent, Event.PARTS_MERGED, actor="gaffer"):
         return
     ctx.publish_status(parent.installation_id, full_name, parent.id)
     client = ctx.github(parent.installation_id, full_name)
@@ -58,6 +61,7 @@ def _finish_parent(ctx: Context, part: Plan, full_name: str) -> None:
     number = parent.issue_number
     ctx.after_commit(lambda: client.reply(number, f"Every part was merged ({listed}): closing."))
     ctx.after_commit(lambda: client.close_issue(number))
+    _finish_parent(ctx, parent, full_name)
 
 
 # The body GitHub's "Revert" button writes: "Reverts owner/repo#12".

@@ -86,6 +86,8 @@ RESUMES_FROM: dict[str, frozenset[PlanState]] = {
     Stage.OPEN_PR: frozenset({PlanState.IN_REVIEW}),
     # Checks run again on the same commit update the same check runs.
     Stage.RECHECK: frozenset({PlanState.IN_REVIEW}),
+    # A part's issue is found by its marker before one is opened; links are looked up first.
+    Stage.PARTS: frozenset({PlanState.SPLIT}),
 }
 
 

@@ -16,7 +16,7 @@ from sqlalchemy import select, update
 
 from bot.github import RepoClient
 from bot.models import Job, JobState, Plan, PlanPart, PlanState, Stage, aware
-from bot.plans import add_job, new_plan, start_plan
+from bot.plans import add_job, inherit_from_parent, new_plan, start_plan
 from bot.queue import RUN_JOB
 from bot.repo_config import RepoConfig, fetch_repo_config
 from bot.status import publish_status
@@ -44,13 +44,24 @@ def open_parts(wctx: WorkerContext, job: Job) -> None:
         finish(wctx.db, job.id, wctx.worker_id, JobState.CANCELLED, "plan is no longer split")
         return
     client = wctx.client(plan.installation_id, plan.repository.full_name)
-    config = fetch_repo_config(client, wctx.setting("defaults", None))
-    opened = {part.number: _opened(wctx, client, config, plan, part, job) for part in parts}
-    for part in parts:
-        client.add_sub_issue(plan.issue_number, opened[part.number][1])
-        for earlier in part.after:
-            client.add_blocked_by(opened[part.number][0], opened[earlier][1])
-    started = _plan_each(wctx, client, config, plan, [number for number, _ in opened.values()])
+    try:
+        config = fetch_repo_config(client, wctx.setting("defaults", None))
+        opened = {part.number: _opened(wctx, client, config, plan, part, job) for part in parts}
+        for part in parts:
+            client.add_sub_issue(plan.issue_number, opened[part.number][1])
+            for earlier in part.after:
+                client.add_blocked_by(opened[part.number][0], opened[earlier][1])
+        numbers = [number for number, _ in opened.values()]
+        started = _plan_each(wctx, client, config, plan, numbers)
+    except Exception as error:  # noqa: BLE001 - said on the issue; `/split` tries again
+        finish(wctx.db, job.id, wctx.worker_id, JobState.FAILED, f"{type(error).__name__}: {error}")
+        client.reply(
+            plan.issue_number,
+            f"gaffer could not open every part ({type(error).__name__}: {error}). "
+            "`/split` tries again, keeping the parts already opened; `/cancel` ends the plan.",
+        )
+        publish_status(wctx.db, client, plan.id)
+        return
     finish(wctx.db, job.id, wctx.worker_id, JobState.DONE)
     for job_id in started:
         wctx.send_task(RUN_JOB, job_id=job_id)
@@ -100,10 +111,10 @@ def _plan_each(
     wctx: WorkerContext, client: RepoClient, config: RepoConfig, parent: Plan, numbers: list[int]
 ) -> list[int]:
     """Start a plan on each part's issue that has none; return the planning jobs to send."""
+    issues = [client.issue(number).raw_data for number in numbers]  # asked before the writes
     jobs: list[int] = []
     with wctx.db.session() as session:
-        for number in numbers:
-            issue = client.issue(number).raw_data
+        for issue in issues:
             plan = new_plan(
                 config,
                 wctx.settings.default_agent,
@@ -111,8 +122,9 @@ def _plan_each(
                 installation_id=parent.installation_id,
                 issue=issue,
                 clone_url=parent.clone_url,
-                priority=parent.priority if parent.priority is not None else config.priority,
+                priority=config.priority,
             )
+            inherit_from_parent(session, plan)
             if not start_plan(session, plan):
                 continue  # the label's webhook started it first
             job = add_job(session, plan, Stage.PLAN, "plan:r1")

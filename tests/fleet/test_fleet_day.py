@@ -39,7 +39,7 @@ AREAS = ("src/widgets/*.py", "docs/", "src/api/*.py")
 def until_file(tmp_path: Path) -> Path:
     path = tmp_path / "limit" / "until"
     path.parent.mkdir()
-    path.write_text(str(time.time() + LIMITED_FOR_S))
+    path.write_text("0")  # the storm starts once the workers are up
     return path
 
 
@@ -67,7 +67,7 @@ def overlaps(spans: list[tuple[datetime, datetime]]) -> int:
 
 
 def test_twenty_plans_two_repositories_a_storm_and_a_dead_machine(
-    app, client, github, origin: Path, start_worker, settings, tmp_path: Path
+    app, client, github, origin: Path, start_worker, settings, tmp_path: Path, until_file: Path
 ) -> None:
     gadgets = make_origin(tmp_path / "gadgets", {"README.md": "# gadgets\n"})
     github.add_repo(OTHER, gadgets, installation_id=INSTALLATION_ID)
@@ -79,6 +79,7 @@ def test_twenty_plans_two_repositories_a_storm_and_a_dead_machine(
     other = start_worker("agent", home=tmp_path / "machine-b", wait=False)
     for worker in (github_worker, doomed, other):
         worker.wait_ready()
+    until_file.write_text(str(time.time() + LIMITED_FOR_S))
 
     issues = []
     for full_name, repo_origin in ((REPO, origin), (OTHER, gadgets)):

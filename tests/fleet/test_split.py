@@ -16,12 +16,15 @@ from tests.conftest import INSTALLATION_ID, REPO
 from tests.in_process import CONFIG, InProcess, settle
 from tests.support import WEBHOOK_SECRET
 
-BODY = """The widgets need a model and an API.
+# Both parts touch one file, so their scopes meet: the part waiting for the other to merge
+# must not hold that other back meanwhile.
+SCOPED = "```gaffer-script\\nscope: [widgets.py]\\n```"
+BODY = f"""The widgets need a model and an API.
 
 ```gaffer-script
 parts:
-  - {title: Add the widget model, body: "The model and its table."}
-  - {title: Serve widgets from the API, after: [1], body: "The endpoint."}
+  - {{title: Add the widget model, body: "The model and its table.\\n{SCOPED}"}}
+  - {{title: Serve widgets from the API, after: [1], body: "The endpoint.\\n{SCOPED}"}}
 ```
 """
 
@@ -73,7 +76,10 @@ def test_split_opens_sub_issues_that_are_planned_merged_in_order_and_close_the_p
     assert "Part 2 of #1" in second.flow.body and "once part 1 is merged" in second.flow.body
     assert github_http.issue_labels(REPO, 2) == ["gaffer", "gaffer: draft"]
     for each in (first, second):
-        assert each.flow.plan().state == PlanState.DRAFT  # planned on its own
+        plan = each.flow.plan()
+        assert plan.state == PlanState.DRAFT  # planned on its own
+        assert plan.issue_author == "reporter"  # the parent's: self-approval rules hold
+        assert "`widgets.py`" in each.flow.status()  # its scope, as the parts asked
     status = parent.flow.status()
     assert "1. #2 Add the widget model — `draft`" in status
     assert "2. #3 Serve widgets from the API (after 1) — `draft`" in status

@@ -63,3 +63,13 @@ def test_a_plan_without_parts_proposes_none() -> None:
 def test_parts_that_cannot_be_followed_say_why(text: str, why: str) -> None:
     with pytest.raises(PartsError, match=why):
         proposed_parts(text)
+
+
+def test_hidden_comments_and_gaffers_markers_never_reach_a_parts_issue() -> None:
+    text = (
+        "**Parts**\n1. Model <!-- @everyone -->\n   Body <!-- gaffer:part 3.1 -->\n"
+        "   gaffer:part 3.2\n2. API (after 1)\n"
+    )
+    first = proposed_parts(text)[0]
+    assert first.title == "Model"
+    assert "<!--" not in first.body and "gaffer:part" not in first.body
