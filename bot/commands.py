@@ -132,11 +132,13 @@ def _spec(
 REGISTRY: tuple[CommandSpec, ...] = (
     _spec(
         "approve",
-        "[rN] [parallel]",
+        "[rN] [parallel] [xN]",
         "Approve the current plan revision (bound to revision N when given); `parallel` "
-        "lets it execute beside plans whose file scopes meet its own.",
+        "lets it execute beside plans whose file scopes meet its own; `x3` runs three "
+        "candidates side by side (`x1`: one, whatever the repo config's `candidates`).",
         Who.WRITER,
-        r"(?:r(?P<revision>[1-9]\d{0,5}))?(?:(?:^|\s+)(?P<parallel>parallel))?",
+        r"(?:r(?P<revision>[1-9]\d{0,5}))?(?:(?:^|\s+)(?P<parallel>parallel))?"
+        r"(?:(?:^|\s+)x(?P<candidates>[1-5]))?",
         re.IGNORECASE,
         states=(PlanState.DRAFT,),
     ),

@@ -36,6 +36,12 @@ def plan_spend(session: Session, plan_id: int) -> Spend:
     return _spend(session.scalars(select(Job).where(Job.plan_id == plan_id)).all())
 
 
+def candidate_spend(session: Session, plan_id: int, number: int) -> Decimal:
+    """Return what one candidate of a best-of-N plan has cost so far."""
+    jobs = session.scalars(select(Job).where(Job.plan_id == plan_id, Job.candidate == number))
+    return _spend(jobs.all()).usd
+
+
 def _spend(jobs: Sequence[Job]) -> Spend:
     return Spend(
         sum((j.cost_usd for j in jobs), Decimal(0)),

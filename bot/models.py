@@ -83,6 +83,17 @@ class Stage(StrEnum):
     RECHECK = "recheck"
 
 
+class CandidateState(StrEnum):
+    """Where one candidate of a best-of-N plan stands (stored in `candidates.state`)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    VERIFIED = "verified"  # its checks ran on its head: green or not, it can be compared
+    FAILED = "failed"  # no head to compare: the agent failed or was stopped
+    CHOSEN = "chosen"  # `/approve-diff <sha>` picked it; its branch is the plan's
+    DROPPED = "dropped"  # another was chosen; its branch and worktree are cleaned up
+
+
 class ApprovalKind(StrEnum):
     """What an approval approved (stored in `approvals.kind`)."""
 
@@ -273,6 +284,8 @@ class Job(Base):
     # What the job's agent ran with: programs and conventions files with their blob SHAs,
     # and the lessons used or set aside (tasks/stages/guidance.py).
     inputs: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # The candidate of a best-of-N plan the job works on (`candidates.number`), if any.
+    candidate: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -310,6 +323,37 @@ class Approval(Base):
     # `/approve parallel`: the plan may execute beside plans whose scopes meet its own.
     parallel: Mapped[bool] = mapped_column(default=False, server_default=text("false"))
     voided_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Candidate(Base):
+    """One of the N candidates `/approve rN xN` runs: its own agent, branch, worktree and
+    share of the plan's budget, and what its verification showed, for ranking."""
+
+    __tablename__ = "candidates"
+    __table_args__ = (UniqueConstraint("plan_id", "number"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    plan_id: Mapped[int] = mapped_column(ForeignKey("plans.id", ondelete="CASCADE"), index=True)
+    number: Mapped[int] = mapped_column(Integer)
+    state: Mapped[CandidateState] = mapped_column(
+        _enum(CandidateState), default=CandidateState.QUEUED
+    )
+    agent: Mapped[str | None] = mapped_column(String(100))
+    model: Mapped[str | None] = mapped_column(String(200))
+    # Its share of what was left of the plan's budget when it was approved; None: no budget.
+    budget_usd: Mapped[Decimal | None] = mapped_column(Numeric(12, 6))
+    branch: Mapped[str | None] = mapped_column(String(250))
+    head_sha: Mapped[str | None] = mapped_column(String(40))
+    checks_passed: Mapped[int] = mapped_column(default=0)
+    checks_total: Mapped[int] = mapped_column(default=0)
+    files_changed: Mapped[int] = mapped_column(default=0)
+    lines_changed: Mapped[int] = mapped_column(default=0)
+    outside_scope: Mapped[int] = mapped_column(default=0)
+    fix_rounds: Mapped[int] = mapped_column(default=0)
+    cost_usd: Mapped[Decimal] = mapped_column(Numeric(12, 6), default=Decimal(0))
+    seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

@@ -118,8 +118,10 @@ def start_plan(session: Session, plan: Plan) -> bool:
 
 
 def add_job(session: Session, plan: Plan, stage: str, key: str, **fields: Any) -> Job | None:
-    """Queue a job once: a second job with the same key for the plan is not created."""
-    job = Job(plan_id=plan.id, stage=stage, key=key, agent=plan.agent, model=plan.model, **fields)
+    """Queue a job once: a second job with the same key for the plan is not created. It
+    runs the plan's agent and model unless fields name its own (a candidate's)."""
+    fields = {"agent": plan.agent, "model": plan.model, **fields}
+    job = Job(plan_id=plan.id, stage=stage, key=key, **fields)
     try:
         with session.begin_nested():
             session.add(job)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from bot.costs import Spend
 from bot.github import STATUS_MARKER
 from bot.memory import Offered
-from bot.models import CheckResult, Job, Lesson, Plan, PlanState, Stage
+from bot.models import Candidate, CheckResult, Job, Lesson, Plan, PlanState, Stage
 from bot.states import Event, events_from
 
 # The command a person types for each event a comment can cause.
@@ -46,8 +46,9 @@ _HEADLINE = {
 
 def commands_for(plan: Plan) -> list[str]:
     """List the commands that apply to the plan in its current state."""
+    head = (plan.head_sha or "")[:12] or "<sha>"  # a best-of-N plan's: one of its candidates'
     usages = [
-        _COMMAND_FOR[event].format(revision=plan.current_revision, head=(plan.head_sha or "")[:12])
+        _COMMAND_FOR[event].format(revision=plan.current_revision, head=head)
         for event in events_from(plan.state)
         if event in _COMMAND_FOR
     ]
@@ -84,6 +85,34 @@ def parts_section(parts: Sequence[PartShown]) -> str:
     return "\n".join(lines)
 
 
+def candidates_section(candidates: Sequence[Candidate]) -> str:
+    """The candidates of a best-of-N plan, best first (bot/candidates.py ranks them)."""
+    lines = [
+        "#### Candidates, best first",
+        "| | candidate | agent | head | checks | diff | outside scope | fix rounds | cost | time |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for place, each in enumerate(candidates, 1):
+        head = f"`{each.head_sha[:12]}`" if each.head_sha else "—"
+        if each.head_sha:
+            mark = "✅" if each.checks_total and each.checks_passed == each.checks_total else "❌"
+            checks = f"{mark} {each.checks_passed}/{each.checks_total} passed"
+        else:
+            checks = each.error or each.state.value
+        diff = f"{each.files_changed} files, {each.lines_changed} lines" if each.head_sha else "—"
+        lines.append(
+            f"| {place} | c{each.number} | {each.agent or 'default'} | {head} | {checks} | {diff} "
+            f"| {each.outside_scope} | {each.fix_rounds} | ${each.cost_usd:.4f} "
+            f"| {each.seconds:.0f} s |"
+        )
+    if any(each.head_sha for each in candidates):
+        lines.append(
+            "\nApprove one with `/approve-diff <sha>`: gaffer opens the pull request from its "
+            "branch and deletes the others'."
+        )
+    return "\n".join(lines)
+
+
 def status_comment(
     plan: Plan,
     plan_text: str | None,
@@ -96,12 +125,14 @@ def status_comment(
     proposed: Sequence[Lesson] = (),
     waiting: str | None = None,
     split_into: Sequence[PartShown] = (),
+    candidates: Sequence[Candidate] = (),
 ) -> str:
     """Render gaffer's one status comment for the plan.
 
     changes: what happened on the issue since the current revision was written, said
     once per kind and person (bot/snapshots.py). waiting: why its job is parked, if it is.
-    split_into: the parts `/split` opened, with their plans' states.
+    split_into: the parts `/split` opened, with their plans' states. candidates: a
+    best-of-N plan's, ranked, until one is picked.
     """
     revision = f" · revision r{plan.current_revision}" if plan.current_revision else ""
     parts = [
@@ -125,6 +156,8 @@ def status_comment(
         parts.append(f"Approved: revision r{plan.approved_revision}.")
     if changes and plan.state in _READS_SNAPSHOT:
         parts.append(changed_since(plan.current_revision, changes))
+    if candidates:
+        parts.append(candidates_section(candidates))
     if verification is not None and plan.head_sha:
         parts.append(_verification(plan, verification))
     if proposed:

@@ -33,6 +33,8 @@ RESERVED_CHECK_NAMES = frozenset(BUILT_IN_CHECKS)
 DEFAULT_PRIORITY = 2
 LOWEST_PRIORITY = 3
 MAX_CONCURRENCY = 100
+# Best-of-N: at most this many candidates of one plan.
+MAX_CANDIDATES = 5
 PRIORITY_LABEL = re.compile(r"gaffer:\s*p([0-3])", re.IGNORECASE)
 
 
@@ -103,6 +105,8 @@ class RepoConfig:
     priority: int = DEFAULT_PRIORITY
     # Agent jobs of this repository at once; the server's own limit, if lower, wins.
     concurrency: int | None = None
+    # Best-of-N: each candidate's agent, None for the plan's own; () runs one (no candidates).
+    candidates: tuple[str | None, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -208,7 +212,26 @@ def _validate(raw: dict[str, Any]) -> RepoConfig:
         concurrency=None
         if raw.get("concurrency") is None
         else _int(raw, "concurrency", low=1, high=MAX_CONCURRENCY),
+        candidates=_candidates(raw.get("candidates")),
         extra=extra,
+    )
+
+
+def _candidates(value: Any) -> tuple[str | None, ...]:
+    """`candidates: 3` (the plan's agent three times) or a list of agent names."""
+    if value is None or value == 1:
+        return ()
+    if isinstance(value, int) and not isinstance(value, bool) and 2 <= value <= MAX_CANDIDATES:
+        return (None,) * value
+    if (
+        isinstance(value, list)
+        and 2 <= len(value) <= MAX_CANDIDATES
+        and all(isinstance(name, str) and name.strip() for name in value)
+    ):
+        return tuple(name.strip() for name in value)
+    raise RepoConfigError(
+        f"`candidates` must be a whole number from 1 to {MAX_CANDIDATES} or a list of 2 to "
+        f"{MAX_CANDIDATES} agent names"
     )
 
 

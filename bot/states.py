@@ -25,6 +25,7 @@ class Event(StrEnum):
     CHECKS_PASSED = "checks_passed"
     CHECKS_FAILED_RETRY = "checks_failed_retry"
     CHECKS_FAILED_FINAL = "checks_failed_final"
+    CANDIDATES_READY = "candidates_ready"  # every candidate of a best-of-N plan has ended
     WORK_FAILED = "work_failed"
     RETRY = "retry"
     RETRY_PLAN = "retry_plan"
@@ -55,6 +56,7 @@ TRANSITIONS: dict[tuple[S, Event], S] = {
     (S.APPROVED, Event.WORK_FAILED): S.FAILED,  # its worker died before it could start
     (S.EXECUTING, Event.WORK_DONE): S.VERIFYING,
     (S.EXECUTING, Event.WORK_FAILED): S.FAILED,
+    (S.EXECUTING, Event.CANDIDATES_READY): S.IN_REVIEW,
     (S.VERIFYING, Event.CHECKS_PASSED): S.IN_REVIEW,
     (S.VERIFYING, Event.CHECKS_FAILED_RETRY): S.EXECUTING,
     (S.VERIFYING, Event.CHECKS_FAILED_FINAL): S.FAILED,

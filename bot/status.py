@@ -9,6 +9,7 @@ from datetime import timedelta
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
+from bot.candidates import ranked, unpicked
 from bot.costs import plan_spend
 from bot.db import Database, rows_changed
 from bot.github import RepoClient
@@ -120,6 +121,7 @@ def _render(db: Database, client: RepoClient, plan_id: int) -> _Shown:
         spend = plan_spend(session, plan_id)
         changes = describe_changes(changes_since(session, plan))
         split_into = _parts(session, plan)
+        candidates = ranked(unpicked(session, plan))
         waiting = session.scalar(
             select(Job.error)
             .where(
@@ -143,6 +145,7 @@ def _render(db: Database, client: RepoClient, plan_id: int) -> _Shown:
         proposed=proposed,
         waiting=waiting,
         split_into=split_into,
+        candidates=candidates,
     )
     return _Shown(body, plan.state, plan.issue_number, plan.status_comment_id)
 

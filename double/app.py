@@ -231,7 +231,7 @@ class RecordedRequest:
 
 
 class GitOrigin:
-    """Read-only access to a bare repository standing in for GitHub's copy."""
+    """A bare repository standing in for GitHub's copy: read, and a branch deleted."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -254,6 +254,12 @@ class GitOrigin:
     def branch_sha(self, branch: str) -> str | None:
         """Return the SHA at the tip of a branch, or None."""
         return self.resolve(f"refs/heads/{branch}")
+
+    def delete_ref(self, ref: str) -> bool:
+        """Delete a ref (`refs/heads/x`); False when there is no such ref."""
+        if ref.startswith("-") or self.resolve(ref) is None:
+            return False
+        return self._git("update-ref", "-d", ref).returncode == 0
 
     def object_type(self, commit: str, path: str) -> str | None:
         """Return 'blob' or 'tree' for a path at a commit, or None when missing."""
@@ -1607,6 +1613,15 @@ def get_git_ref(owner: str, repo: str, ref: str) -> ResponseReturnValue:
             "object": {"sha": sha, "type": "commit", "url": f"{repo_url}/git/commits/{sha}"},
         }
     )
+
+
+@bp.delete(f"{REPO}/git/refs/<path:ref>")
+def delete_git_ref(owner: str, repo: str, ref: str) -> ResponseReturnValue:
+    """DELETE /repos/{o}/{r}/git/refs/{ref}, e.g. heads/gaffer/1-fix: 422 when no such ref."""
+    found = _repo(owner, repo)
+    if not ref.startswith("heads/") or not _origin(found).delete_ref(f"refs/{ref}"):
+        raise GitHubError(422, "Reference does not exist")
+    return "", 204
 
 
 @bp.get(f"{REPO}/commits/<path:ref>")

@@ -12,6 +12,7 @@ from tasks.context import WorkerContext
 from tasks.forecast import wait_for_scope
 from tasks.leases import Heartbeat, claim, finish
 from tasks.slots import give_back, wait_for_slots
+from tasks.stages.candidates import run_candidate
 from tasks.stages.execution import run_execution, run_recheck
 from tasks.stages.parts import open_parts
 from tasks.stages.planning import run_planning
@@ -44,7 +45,7 @@ def run_job(wctx: WorkerContext, *, job_id: int) -> None:
 
 
 def _run(wctx: WorkerContext, job: Job, lease: timedelta) -> None:
-    stage = STAGES.get(job.stage)
+    stage = run_candidate if job.candidate is not None else STAGES.get(job.stage)
     if stage is None:
         finish(wctx.db, job.id, wctx.worker_id, JobState.FAILED, f"no stage {job.stage!r}")
         return

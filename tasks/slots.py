@@ -224,7 +224,7 @@ def wait_for_slots(wctx: WorkerContext, job: Job) -> bool:
     if not limits and plan.concurrency is None:
         return False
     try:
-        account: str | None = account_of(agent_of(wctx, plan), os.environ)
+        account: str | None = account_of(agent_of(wctx, plan, job), os.environ)
     except NoAgent:
         account = None  # the stage says so on the issue; no account to count it against
     scopes = scopes_of(limits, plan.repository.full_name, account, plan.concurrency)

@@ -68,9 +68,10 @@ def locked(lock_path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def plan_key(plan_id: int) -> str:
-    """Return the key a plan's worktree is leased under in its repository's pool."""
-    return f"plan-{plan_id}"
+def plan_key(plan_id: int, candidate: int | None = None) -> str:
+    """Return the key a plan's worktree (or one candidate's) is leased under in its
+    repository's pool."""
+    return f"plan-{plan_id}" if candidate is None else f"plan-{plan_id}-c{candidate}"
 
 
 def split_full_name(full_name: str) -> tuple[str, str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -13,6 +13,15 @@ from sqlalchemy.orm import Session
 from bot import memory
 from bot.agent_names import agent_names
 from bot.approvals import diff_rule_problem
+from bot.candidates import (
+    candidate_agents,
+    candidate_with_head,
+    live_candidates,
+    pick,
+    shares,
+    start_candidates,
+    unpicked,
+)
 from bot.commands import Command, Target, render_help, spec_for
 from bot.costs import plan_jobs, plan_spend
 from bot.handlers import lesson_commands
@@ -21,6 +30,8 @@ from bot.handlers.request import Request
 from bot.models import (
     Approval,
     ApprovalKind,
+    Candidate,
+    CandidateState,
     CheckResult,
     Job,
     JobState,
@@ -33,7 +44,7 @@ from bot.models import (
 )
 from bot.parts import PartsError, proposed_parts
 from bot.plans import add_job, advance
-from bot.queue import RUN_JOB
+from bot.queue import CLEANUP, RUN_JOB
 from bot.render import cost_reply, status_reply
 from bot.states import Event
 
@@ -93,6 +104,13 @@ def approve_plan(request: Request, command: Command, plan: Plan) -> str | None:
             f"r{revision} was posted after this comment was written, so the comment does not "
             f"approve it. Read it and answer `/approve` again (or `/approve r{revision}`)."
         )
+    agents = candidate_agents(request.config, command.args.get("candidates"))
+    known = agent_names(request.ctx.settings.server_config)
+    unknown = sorted({name for name in agents if name is not None and name not in known})
+    if unknown:
+        return f"`candidates` names agents this server does not define: {_names(unknown)}. " + (
+            f"Configured: {_names(known)}."
+        )
     base_sha = request.ctx.facts.default_branch_sha  # asked before the transaction
     if not advance(
         request.ctx.session,
@@ -113,14 +131,47 @@ def approve_plan(request: Request, command: Command, plan: Plan) -> str | None:
             parallel="parallel" in command.args,
         )
     )
-    _queue(request, plan, Stage.EXECUTE, f"execute:r{revision}")
+    _execute(request, plan, revision, agents)
     return None
+
+
+def _execute(request: Request, plan: Plan, revision: int, agents: list[str | None]) -> None:
+    """Queue the approved revision's work: one job, or one per candidate, each with its
+    share of what is left of the plan's budget."""
+    session = request.ctx.session
+    if live_candidates(session, plan.id):
+        request.ctx.enqueue(CLEANUP, plan_id=plan.id)  # an earlier approval's are dropped
+    budget = plan.budget_usd if plan.budget_usd is not None else request.config.budget.plan_usd
+    left = None if budget is None else Decimal(budget) - plan_spend(session, plan.id).usd
+    added = start_candidates(session, plan, agents, shares(left, len(agents) or 1))
+    if not added:
+        _queue(request, plan, Stage.EXECUTE, f"execute:r{revision}")
+    for candidate in added:
+        _queue(
+            request,
+            plan,
+            Stage.EXECUTE,
+            f"execute:r{revision}:c{candidate.number}",
+            candidate=candidate.number,
+            agent=candidate.agent,
+            model=candidate.model,
+        )
+
+
+def _names(names: Sequence[str]) -> str:
+    return ", ".join(f"`{name}`" for name in names)
 
 
 @action("approve-diff")
 def approve_diff(request: Request, command: Command, plan: Plan) -> str | None:
-    """Approve the verified head of the plan branch, bound to its SHA."""
-    problem = diff_approval_problem(request, plan, command.args.get("sha"))
+    """Approve the verified head of the plan branch, bound to its SHA; on a best-of-N plan,
+    the candidate with that head, whose branch becomes the plan's."""
+    candidates = unpicked(request.ctx.session, plan)
+    problem = (
+        _pick(request, plan, candidates, command.args.get("sha"))
+        if candidates
+        else diff_approval_problem(request, plan, command.args.get("sha"))
+    )
     if problem:
         return problem
     request.ctx.session.add(
@@ -136,6 +187,23 @@ def approve_diff(request: Request, command: Command, plan: Plan) -> str | None:
     # branch moved and was pushed back) can be followed by another. GitHub's one open PR
     # per head and base keeps concurrent attempts to one PR.
     _queue(request, plan, Stage.OPEN_PR, f"open_pr:{plan.head_sha}:{request.comment_id}")
+    return None
+
+
+def _pick(request: Request, plan: Plan, candidates: list[Candidate], sha: str | None) -> str | None:
+    """Make the candidate with head sha the plan's if it may be approved, and have the
+    others' branches and worktrees cleaned up; or say why not."""
+    found = candidate_with_head(candidates, sha)
+    if isinstance(found, str):
+        return found
+    before = plan.branch, plan.head_sha
+    plan.branch, plan.head_sha = found.branch, found.head_sha
+    problem = diff_rule_problem(request.ctx.session, plan, request.config, request.actor)
+    if problem:
+        plan.branch, plan.head_sha = before
+        return problem
+    pick(candidates, found, plan)
+    request.ctx.enqueue(CLEANUP, plan_id=plan.id)
     return None
 
 
@@ -178,6 +246,13 @@ def revise_plan(request: Request, command: Command, plan: Plan) -> str | None:
     """Ask the agent for a new plan revision, or for more work on the diff in review."""
     feedback = command.args["feedback"]
     heard = _hearing(request, plan, "revise", feedback)
+    candidates = unpicked(request.ctx.session, plan)
+    if plan.state == PlanState.IN_REVIEW and candidates:
+        return (
+            f"This plan has {len(candidates)} candidates and `/revise` reworks one diff. "
+            "Pick one with `/approve-diff <sha>`, or end the plan with `/reject [reason]` "
+            "and label the issue again."
+        )
     if plan.state == PlanState.IN_REVIEW:
         problem = _rework(request, plan, feedback)
     else:
@@ -315,6 +390,22 @@ def void_diff_approvals(session: Session, plan: Plan) -> None:
 def retry_plan(request: Request, command: Command, plan: Plan) -> str | None:
     """Start a failed plan again: its work from the approved plan, or its planning."""
     session = request.ctx.session
+    candidates = unpicked(session, plan)
+    if plan.approved_revision and candidates:
+        if not advance(session, plan, Event.RETRY, actor=request.actor, fix_rounds=0):
+            return _wrong_state(command, plan, PlanState.FAILED)
+        for candidate in candidates:  # each goes on from its pushed branch
+            candidate.state, candidate.error = CandidateState.QUEUED, None
+            _queue(
+                request,
+                plan,
+                Stage.EXECUTE,
+                f"execute:r{plan.approved_revision}:c{candidate.number}:{request.comment_id}",
+                candidate=candidate.number,
+                agent=candidate.agent,
+                model=candidate.model,
+            )
+        return None
     if plan.approved_revision:
         moved = advance(session, plan, Event.RETRY, actor=request.actor, fix_rounds=0)
         stage, key = Stage.EXECUTE, f"execute:r{plan.approved_revision}:{request.comment_id}"

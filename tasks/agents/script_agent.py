@@ -15,7 +15,7 @@ labelled `gaffer-script` (normally written in the issue body), holding YAML:
       - print_env: true           # prints NAME=VALUE for the whole environment
       - fail: "why"               # prints why on stderr and exits 1
       - when:                     # steps chosen by what the prompt says
-          prompt_has: "some words"
+          prompt_has: "some words"  # or env_is: NAME=value (the agent's environment)
           then: [{print: told}]
           else: [{print: not told}]
     fix:                          # steps for the fix stage (after failed checks)
@@ -154,12 +154,22 @@ def chosen(steps: list[Any], prompt: str) -> list[Any]:
         if not (isinstance(step, dict) and set(step) == {"when"}):
             picked.append(step)
             continue
-        when = step["when"]
-        if not isinstance(when, dict) or not isinstance(when.get("prompt_has"), str):
-            raise ScriptError("a `when` step needs `prompt_has: text`, `then:` and `else:`")
-        branch = when.get("then") if when["prompt_has"] in prompt else when.get("else")
+        branch = (
+            step["when"].get("then") if _holds(step["when"], prompt) else step["when"].get("else")
+        )
         picked += chosen(list(branch or []), prompt)
     return picked
+
+
+def _holds(when: Any, prompt: str) -> bool:
+    """A `when`'s condition: `prompt_has: text`, or `env_is: NAME=value` (an agent
+    definition's `set_env` tells two agents running one script apart)."""
+    if isinstance(when, dict) and isinstance(when.get("prompt_has"), str):
+        return when["prompt_has"] in prompt
+    if isinstance(when, dict) and isinstance(when.get("env_is"), str):
+        name, _, value = when["env_is"].partition("=")
+        return os.environ.get(name) == value
+    raise ScriptError("a `when` step needs `prompt_has: text` or `env_is: NAME=value`, `then:`")
 
 
 def _step_paths(step: Any) -> list[str]:

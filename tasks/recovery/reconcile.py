@@ -21,6 +21,8 @@ from bot.github import RepoClient
 from bot.handlers.routes import handles
 from bot.heartbeats import RECONCILER, record_heartbeat
 from bot.models import (
+    Candidate,
+    CandidateState,
     Delivery,
     Job,
     JobState,
@@ -309,7 +311,14 @@ def _plans_holding_worktrees(wctx: WorkerContext) -> set[str]:
         ids = session.scalars(
             select(Plan.id).where(or_(Plan.state.not_in(ENDED), Plan.id.in_(running)))
         ).all()
-    return {plan_key(plan_id) for plan_id in ids}
+        candidates = session.execute(
+            select(Candidate.plan_id, Candidate.number).where(
+                Candidate.plan_id.in_(ids), Candidate.state != CandidateState.DROPPED
+            )
+        ).all()
+    return {plan_key(plan_id) for plan_id in ids} | {
+        plan_key(plan_id, number) for plan_id, number in candidates
+    }
 
 
 # --------------------------------------------------------------------------- status comments

@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 
-from bot.costs import next_day, plan_spend, repository_spend_on, weakest
+from bot.costs import candidate_spend, next_day, plan_spend, repository_spend_on, weakest
 from bot.db import rows_changed
-from bot.models import Job, JobState, Plan, utcnow
+from bot.models import Candidate, Job, JobState, Plan, utcnow
 from bot.queue import RUN_JOB
 from bot.repo_config import RepoConfig
 from tasks.agents.usage import Usage
@@ -42,12 +42,22 @@ def plan_budget(plan: Plan, config: RepoConfig) -> Decimal | None:
     return plan.budget_usd if plan.budget_usd is not None else config.budget.plan_usd
 
 
-def spend_left(wctx: WorkerContext, plan: Plan, config: RepoConfig) -> Decimal | None:
-    """Return how many dollars the plan may still spend, or None without a budget."""
-    budget = plan_budget(plan, config)
-    if budget is None:
-        return None
+def spend_left(wctx: WorkerContext, plan: Plan, config: RepoConfig, job: Job) -> Decimal | None:
+    """Return how many dollars the job may still spend, or None without a budget: what is
+    left of the plan's, or of a candidate's share of it."""
     with wctx.db.session() as session:
+        if job.candidate is not None:
+            share = session.scalar(
+                select(Candidate.budget_usd).where(
+                    Candidate.plan_id == plan.id, Candidate.number == job.candidate
+                )
+            )
+            if share is None:
+                return None
+            return share - candidate_spend(session, plan.id, job.candidate)
+        budget = plan_budget(plan, config)
+        if budget is None:
+            return None
         return Decimal(budget) - plan_spend(session, plan.id).usd
 
 

@@ -51,7 +51,7 @@ def branch_name(issue_number: int, title: str) -> str:
 
 def run_execution(wctx: WorkerContext, job: Job) -> None:
     """Run the execute (or rework) stage of a plan through verification."""
-    plan = _start(wctx, job)
+    plan = start_work(wctx, job)
     if plan is None:
         return
     client = wctx.client(plan.installation_id, plan.repository.full_name)
@@ -59,7 +59,7 @@ def run_execution(wctx: WorkerContext, job: Job) -> None:
     shown = False
     try:
         config = fetch_repo_config(client, wctx.setting("defaults", None))
-        with _leased_worktree(wctx, plan, plan.base_sha or "") as worktree:
+        with leased_worktree(wctx, plan, plan.base_sha or "") as worktree:
             _work_and_verify(_prepare(wctx, job, plan, client, config, worktree))
         finish(wctx.db, job.id, wctx.worker_id, JobState.DONE)
         shown = True  # by the plan's last move, which published what there is to show
@@ -90,8 +90,8 @@ def run_recheck(wctx: WorkerContext, job: Job) -> None:
     client = wctx.client(plan.installation_id, plan.repository.full_name)
     try:
         config = fetch_repo_config(client, wctx.setting("defaults", None))
-        with _leased_worktree(wctx, plan, plan.head_sha) as worktree:
-            verify(_workspace(wctx, job, plan, client, config, worktree), plan.head_sha)
+        with leased_worktree(wctx, plan, plan.head_sha) as worktree:
+            verify(workspace_for(wctx, job, plan, client, config, worktree), plan.head_sha)
         finish(wctx.db, job.id, wctx.worker_id, JobState.DONE)
     except Exception as error:  # noqa: BLE001 - said on the issue; the plan stays in review
         finish(wctx.db, job.id, wctx.worker_id, JobState.FAILED, f"{type(error).__name__}: {error}")
@@ -100,12 +100,14 @@ def run_recheck(wctx: WorkerContext, job: Job) -> None:
         publish_status(wctx.db, client, plan.id)
 
 
-def _start(wctx: WorkerContext, job: Job) -> Plan | None:
+def start_work(wctx: WorkerContext, job: Job) -> Plan | None:
     with wctx.db.session() as session:
         plan = session.get_one(Plan, job.plan_id)
         # A resumed job finds its plan already executing; anything else has moved on.
-        if plan.state == PlanState.APPROVED:
-            advance(session, plan, Event.WORK_STARTED, actor="gaffer")
+        if plan.state == PlanState.APPROVED and not advance(
+            session, plan, Event.WORK_STARTED, actor="gaffer"
+        ):
+            session.refresh(plan)  # another candidate's job may have started it first
         if plan.state == PlanState.EXECUTING:
             return plan
     finish(wctx.db, job.id, wctx.worker_id, JobState.CANCELLED, "the plan is not executing")
@@ -113,9 +115,12 @@ def _start(wctx: WorkerContext, job: Job) -> Plan | None:
 
 
 @contextmanager
-def _leased_worktree(wctx: WorkerContext, plan: Plan, base_sha: str) -> Iterator[Path]:
-    """Lease a clean worktree at base_sha from the repository's pool for the job's length."""
-    key = plan_key(plan.id)
+def leased_worktree(
+    wctx: WorkerContext, plan: Plan, base_sha: str, candidate: int | None = None
+) -> Iterator[Path]:
+    """Lease a clean worktree at base_sha from the repository's pool for the job's length
+    (each candidate of a best-of-N plan has its own)."""
+    key = plan_key(plan.id, candidate)
     pool = _pool(wctx, plan)
     try:
         yield pool.acquire(key, base_sha)
@@ -141,14 +146,14 @@ def _prepare(
     mirror = mirror_path(wctx.settings.home, plan.repository.full_name)
     branch = plan.branch or branch_name(plan.issue_number, plan.issue_title)
     # The pushed branch is the truth: a resumed or revised plan continues from it.
-    start = _pushed_head(mirror, branch) or plan.base_sha or ""
+    start = pushed_head(mirror, branch) or plan.base_sha or ""
     create_branch(worktree, branch, start)
     _save(wctx, plan.id, branch=branch)
     plan.branch = branch
-    return _workspace(wctx, job, plan, client, config, worktree)
+    return workspace_for(wctx, job, plan, client, config, worktree)
 
 
-def _workspace(
+def workspace_for(
     wctx: WorkerContext,
     job: Job,
     plan: Plan,
@@ -174,7 +179,7 @@ def _workspace(
     )
 
 
-def _pushed_head(mirror: Path, branch: str) -> str | None:
+def pushed_head(mirror: Path, branch: str) -> str | None:
     try:
         return resolve_ref(mirror, branch)
     except Exception:
@@ -202,10 +207,10 @@ def _work_and_verify(space: Workspace) -> None:
     stage = Stage.REWORK if space.job.stage == Stage.REWORK else Stage.EXECUTE
     names = ["rework", "execute"] if stage == Stage.REWORK else ["execute"]
     prompt = execute_prompt(
-        _guidance(space, names), space.issue, space.plan_text, feedback=space.job.feedback
+        stage_guidance(space, names), space.issue, space.plan_text, feedback=space.job.feedback
     )
-    _agent(space, stage, prompt)
-    head = _commit_and_push(space)
+    agent_run(space, stage, prompt)
+    head = commit_and_push(space)
     while True:
         _moved(space, Event.WORK_DONE, head_sha=head)
         verdict = verify(space, head)
@@ -216,14 +221,14 @@ def _work_and_verify(space: Workspace) -> None:
             _moved(space, Event.CHECKS_FAILED_FINAL, last_error=verdict.failure_summary)
             return
         _moved(space, Event.CHECKS_FAILED_RETRY, fix_rounds=space.plan.fix_rounds + 1)
-        guidance = _guidance(space, ["fix"])
-        _agent(
+        guidance = stage_guidance(space, ["fix"])
+        agent_run(
             space, Stage.FIX, fix_prompt(guidance, space.issue, space.plan_text, verdict.failures)
         )
-        head = _commit_and_push(space)
+        head = commit_and_push(space)
 
 
-def _guidance(space: Workspace, names: list[str]) -> Guidance:
+def stage_guidance(space: Workspace, names: list[str]) -> Guidance:
     """The stage's program and conventions as of the plan's base, and the lessons it was
     planned with that still hold on the default branch now; recorded on the job.
 
@@ -238,7 +243,7 @@ def _guidance(space: Workspace, names: list[str]) -> Guidance:
     return guidance
 
 
-def _agent(space: Workspace, stage: str, prompt: str) -> AgentResult:
+def agent_run(space: Workspace, stage: str, prompt: str) -> AgentResult:
     try:
         result = run_stage_agent(
             space.wctx,
@@ -261,11 +266,12 @@ def _agent(space: Workspace, stage: str, prompt: str) -> AgentResult:
     return result
 
 
-def _commit_and_push(space: Workspace) -> str:
+def commit_and_push(space: Workspace) -> str:
     worktree, plan = space.worktree, space.plan
     repair_gitfile(worktree)
     # What the agent's CLI leaves behind (its history, caches) is never committed.
-    left_behind = [f":(exclude){pattern}" for pattern in agent_of(space.wctx, plan).ignore]
+    ignored = agent_of(space.wctx, plan, space.job).ignore
+    left_behind = [f":(exclude){pattern}" for pattern in ignored]
     worktree_git(worktree, ["add", "--all", "--", ".", *left_behind])
     if worktree_git(worktree, ["diff", "--cached", "--name-only"]):
         message = (

@@ -73,10 +73,10 @@ def run_stage_agent(
             f"${config.budget.daily_usd}; the job starts again tomorrow "
             "(UTC) or when `budget.daily_usd` is raised.",
         )
-    left = spend_left(wctx, plan, config)
+    left = spend_left(wctx, plan, config, job)
     if left is not None and left <= 0:
         raise OverBudget(_over_budget_message(plan, config))
-    spec = agent_of(wctx, plan)
+    spec = agent_of(wctx, plan, job)
     account = account_of(spec, os.environ)
     if (wait := admit(wctx.db, account, job.id)) is not None:
         raise Held(wait.until, f"{wait.reason}.", tell=wait.tell)
@@ -86,7 +86,7 @@ def run_stage_agent(
         prompt=prompt,
         workdir=workdir,
         job_dir=job_dir,
-        model=plan.model,
+        model=job.model if job.candidate else plan.model,
         timeout_s=float(wctx.setting("agent_timeout_s", 3600)),
         idle_timeout_s=float(wctx.setting("agent_idle_timeout_s", 600)),
         source_env=os.environ,
@@ -114,9 +114,10 @@ def run_stage_agent(
     return result
 
 
-def agent_of(wctx: WorkerContext, plan: Plan) -> AgentSpec:
-    """Return the plan's agent: its own, else the server's default; NoAgent says what to do."""
-    name = plan.agent or wctx.settings.default_agent
+def agent_of(wctx: WorkerContext, plan: Plan, job: Job) -> AgentSpec:
+    """Return the job's agent: a candidate's own, else the plan's, else the server's
+    default; NoAgent says what to do."""
+    name = (job.agent if job.candidate else None) or plan.agent or wctx.settings.default_agent
     if name is None:
         raise NoAgent(NO_AGENT)
     agents = load_agents(wctx.setting("agents", None))

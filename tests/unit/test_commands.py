@@ -206,7 +206,7 @@ def test_refused(body: str, reason: str) -> None:
 
 def test_refusal_quotes_the_line_as_written() -> None:
     assert parse_comment("thanks!\n  /approve now please  \n") == Refusal(
-        raw="/approve now please", reason="Usage: /approve [rN] [parallel]"
+        raw="/approve now please", reason="Usage: /approve [rN] [parallel] [xN]"
     )
 
 
