@@ -1,7 +1,7 @@
 """Memory from outside: what a reviewer taught one plan, kept by a writer, reaches the next
-similar plan with its source; a lesson whose lines changed is set aside; what someone
-without write access says is never a lesson; a repository's own stage programs are used
-and recorded with their blob SHAs."""
+similar plan with its source; a lesson whose lines changed is set aside; one nobody kept, or
+that a writer forgot, is not used; what someone without write access says is never a
+lesson; a repository's own stage programs are used and recorded with their blob SHAs."""
 
 from __future__ import annotations
 
@@ -142,6 +142,49 @@ def test_what_someone_without_write_access_says_is_never_a_lesson(flows, worker,
     fourth.open().label()
     fourth.wait_state(PlanState.DRAFT)
     assert LESSON in _planning_prompt(fourth, settings.home)[0]
+
+
+def test_a_lesson_is_used_only_while_a_writer_keeps_it(flows, worker, settings) -> None:
+    # It cites no lines, so only its state can keep it out of a prompt.
+    uncited = LESSON.replace(" in widgets.py:1-2", "")
+    first = flows(1, "Sidebar labels overflow", "Long labels run out of the sidebar.")
+    first.open().label()
+    first.wait_state(PlanState.DRAFT)
+    first.comment(f"/revise {uncited}")
+    wait_for(lambda: first.plan().current_revision == 2, what="revision r2")
+    first.comment("/reject Not now.")
+    first.wait_state(PlanState.REJECTED)
+    proposed = _lesson(first, "revise")
+    assert (proposed.state, proposed.citations) == (LessonState.PROPOSED, [])
+
+    # Proposed, not kept: a similar plan is not given it.
+    second = flows(2, "Sidebar labels are cut badly", "Labels in the sidebar are shortened oddly.")
+    second.open().label()
+    second.wait_state(PlanState.DRAFT)
+    prompt, job = _planning_prompt(second, settings.home)
+    assert uncited not in prompt and job.inputs["lessons_used"] == []
+
+    # Kept by a writer, the next similar plan is given it.
+    second.comment(f"/keep L{proposed.id}")
+    wait_for(lambda: any(f"Kept L{proposed.id}" in c for c in _bodies(second)), what="kept")
+    third = flows(3, "Sidebar labels overflow again", "Long labels run out of the sidebar.")
+    third.open().label()
+    third.wait_state(PlanState.DRAFT)
+    prompt, job = _planning_prompt(third, settings.home)
+    assert uncited in prompt and job.inputs["lessons_used"] == [proposed.id]
+
+    # Forgotten (only a writer may), no later plan is given it.
+    third.comment(f"/forget L{proposed.id}", login="reader")
+    wait_for(lambda: any("needs write access" in r for r in third.replies()), what="refusal")
+    assert _lesson(first, "revise").state == LessonState.KEPT
+    third.comment(f"/forget L{proposed.id}")
+    wait_for(lambda: any(f"Forgot L{proposed.id}" in c for c in _bodies(third)), what="forgot")
+    fourth = flows(4, "Sidebar labels still overflow", "Labels overflow the sidebar again.")
+    fourth.open().label()
+    fourth.wait_state(PlanState.DRAFT)
+    prompt, job = _planning_prompt(fourth, settings.home)
+    assert uncited not in prompt and job.inputs["lessons_used"] == []
+    assert uncited not in fourth.status()
 
 
 def test_a_repositorys_own_programs_and_conventions_drive_its_stages(

@@ -1,8 +1,11 @@
-"""Lessons: which lines they cite, when they concern an issue, and when they went stale."""
+"""Lessons: which lines they cite, when they concern an issue, and when they went stale;
+and which stage program an agent is given."""
 
 from __future__ import annotations
 
 from datetime import timedelta
+
+import pytest
 
 from bot.memory import (
     Citation,
@@ -14,10 +17,11 @@ from bot.memory import (
     pin,
     relevant,
     sort_out,
+    still_holds,
 )
 from bot.models import Lesson, LessonState, utcnow
 from bot.snapshots import Snapshot, Writing
-from tasks.stages.guidance import Guidance
+from tasks.stages.guidance import PROGRAMS, REPLACE_MARK, Guidance, stage_program
 from tasks.stages.prompts import LESSONS_NOTE, plan_prompt
 
 WIDGETS = "def width(name):\n    return len(name)\n\n\ndef clip(name):\n    return name[:20]\n"
@@ -131,3 +135,95 @@ def test_an_issue_naming_a_path_in_a_lessons_scope_is_given_it() -> None:
     scoped.scope = ["src/ui/**"]
     assert relevant([scoped], "Crash in src/ui/panel/header.py on resize") == [scoped]
     assert relevant([scoped], "Crash in src/api/routes.py on resize") == []
+
+
+def test_execution_reads_only_the_planned_lessons_still_kept_and_unchanged(app) -> None:
+    files = {"widgets.py": WIDGETS}
+    clip = lesson(1, "clip() keeps 20 characters.", [Citation("widgets.py", 5, 6)], files)
+    width = lesson(2, "width() counts characters.", [Citation("widgets.py", 1, 2)], files)
+    forgotten = lesson(3, "Labels are never empty.")
+    aside = lesson(4, "Slice by hand.")
+    with app.extensions["gaffer_db"].session() as session:
+        session.add_all([clip, width, forgotten, aside])
+        session.flush()
+        planned = sort_out([clip, width, forgotten], files.get)
+        planned.append(Offered(4, aside.text, "maintainer", None, 1, (), "lines changed"))
+        forgotten.state = LessonState.FORGOTTEN  # after the plan was written
+        session.flush()
+        now = {"widgets.py": WIDGETS.replace("[:20]", "[:30]")}
+        offered = still_holds(planned, now.get, session)
+    assert [(each.id, each.needs_look) for each in offered] == [
+        (1, "lines changed since it was kept: widgets.py:5-6"),
+        (2, None),
+    ]
+
+
+class Tree:
+    """A commit's files, as stage_program reads them."""
+
+    sha = "c0ffee"
+
+    def __init__(self, files: dict[str, str]) -> None:
+        self.files = files
+
+    def blob(self, path: str) -> tuple[str, str] | None:
+        return (f"blob-of-{path}", self.files[path]) if path in self.files else None
+
+
+OWN = ".github/gaffer/programs"
+
+
+@pytest.mark.parametrize(
+    ("names", "files", "path", "mode", "own_text"),
+    [
+        pytest.param(["plan"], {}, None, None, None, id="no program of its own: the shipped one"),
+        pytest.param(
+            ["plan"],
+            {f"{OWN}/plan.md": "List the risks.\n"},
+            f"{OWN}/plan.md",
+            "extends",
+            "List the risks.",
+            id="its plan.md follows the shipped program",
+        ),
+        pytest.param(
+            ["split", "plan"],
+            {f"{OWN}/plan.md": "List the risks.\n"},
+            f"{OWN}/plan.md",
+            "extends",
+            "List the risks.",
+            id="/split without split.md reads its plan.md",
+        ),
+        pytest.param(
+            ["split", "plan"],
+            {f"{OWN}/plan.md": "List the risks.\n", f"{OWN}/split.md": "Parts of a day.\n"},
+            f"{OWN}/split.md",
+            "extends",
+            "Parts of a day.",
+            id="/split reads its split.md first",
+        ),
+        pytest.param(
+            ["fix"],
+            {f"{OWN}/fix.md": f"{REPLACE_MARK}\nFix only the tests.\n"},
+            f"{OWN}/fix.md",
+            "replaces",
+            "Fix only the tests.",
+            id="a replace mark replaces the shipped program",
+        ),
+    ],
+)
+def test_a_stage_reads_the_repositorys_program_before_the_shipped_one(
+    names, files, path, mode, own_text
+) -> None:
+    program, record = stage_program(Tree(files), names)  # type: ignore[arg-type]
+    shipped = (PROGRAMS / f"{names[-1]}.md").read_text()
+    assert record["name"] == names[0]
+    assert record["shipped"] == f"config/programs/{names[-1]}.md"
+    assert (record.get("path"), record.get("mode")) == (path, mode)
+    if path is not None:
+        assert (record["blob"], record["commit"]) == (f"blob-of-{path}", "c0ffee")
+    if mode == "replaces":
+        assert program == f"{own_text}\n"
+    else:
+        assert program.startswith(shipped.rstrip())
+        assert (own_text is None) == (program == shipped)
+        assert own_text is None or program.rstrip().endswith(own_text)
