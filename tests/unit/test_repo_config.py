@@ -69,6 +69,9 @@ def test_the_repository_overrides_the_server_which_overrides_the_defaults() -> N
         pytest.param(
             "checks: [{name: a, run: x, memory_mb: 0}]", "memory_mb", id="a check's zero memory"
         ),
+        pytest.param("candidates: 6", "candidates", id="more than five candidates"),
+        pytest.param("candidates: [claude]", "candidates", id="a list of one agent"),
+        pytest.param("candidates: [claude, 3]", "candidates", id="a list with a non-name"),
     ],
 )
 def test_an_invalid_setting_is_refused_with_what_to_fix(text: str, reason: str) -> None:
