@@ -7,7 +7,8 @@ one execute job per candidate. Each works in its own worktree and branch
 verified like any plan: its checks run and post check runs on its own head. The plan stays
 `executing` until every candidate has ended, then waits in review with them ranked on its
 status comment. `/approve-diff <sha>` picks the candidate with that head: its branch
-becomes the plan's, the others are dropped and their branches and worktrees cleaned up.
+becomes the plan's and opens the pull request; once it is open, the others are dropped and
+their branches and worktrees cleaned up.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from decimal import ROUND_DOWN, Decimal
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from bot.costs import plan_jobs
+from bot.db import rows_changed
 from bot.models import Candidate, CandidateState, Plan
 from bot.repo_config import RepoConfig
 
@@ -54,6 +57,7 @@ def shares(budget_left: Decimal | None, count: int) -> Decimal | None:
 
 
 def live_candidates(session: Session, plan_id: int) -> list[Candidate]:
+    """The plan's candidates not dropped, in number order."""
     return list(
         session.scalars(
             select(Candidate)
@@ -64,12 +68,10 @@ def live_candidates(session: Session, plan_id: int) -> list[Candidate]:
 
 
 def start_candidates(
-    session: Session,
-    plan: Plan,
-    agents: Sequence[str | None],
-    share: Decimal | None,
+    session: Session, plan: Plan, agents: Sequence[str | None], budget: Decimal | None
 ) -> list[Candidate]:
-    """Drop what an earlier approval ran and add this approval's candidates."""
+    """Drop what an earlier approval ran and add this approval's candidates, sharing the
+    plan's budget between them."""
     earlier = session.scalars(select(Candidate).where(Candidate.plan_id == plan.id)).all()
     for old in earlier:
         old.state = CandidateState.DROPPED
@@ -80,13 +82,28 @@ def start_candidates(
             number=first + index,
             agent=agent or plan.agent,
             model=plan.model if agent is None else None,
-            budget_usd=share,
         )
         for index, agent in enumerate(agents)
     ]
     session.add_all(added)
     session.flush()
+    reshare(session, plan, budget)
     return added
+
+
+def reshare(session: Session, plan: Plan, budget: Decimal | None) -> None:
+    """Split what the plan's budget leaves after the work before its candidates (planning)
+    equally between its candidates, up front: at approval, and again when `/budget` sets a
+    new one."""
+    candidates = live_candidates(session, plan.id)
+    if not candidates:
+        return
+    before = sum(
+        (j.cost_usd for j in plan_jobs(session, plan.id) if j.candidate is None), Decimal(0)
+    )
+    share = shares(None if budget is None else budget - before, len(candidates))
+    for each in candidates:
+        each.budget_usd = share
 
 
 def rank_key(candidate: Candidate) -> tuple[int, int, int, int, Decimal, float]:
@@ -105,6 +122,7 @@ def rank_key(candidate: Candidate) -> tuple[int, int, int, int, Decimal, float]:
 
 
 def ranked(candidates: Sequence[Candidate]) -> list[Candidate]:
+    """The candidates best first (rank_key), ties by number."""
     return sorted(candidates, key=lambda each: (rank_key(each), each.number))
 
 
@@ -133,8 +151,20 @@ def candidate_with_head(candidates: Sequence[Candidate], sha: str | None) -> Can
     return found[0]
 
 
-def pick(candidates: Sequence[Candidate], chosen: Candidate, plan: Plan) -> None:
-    """Make the chosen candidate's branch and head the plan's; drop the others."""
-    for each in candidates:
-        each.state = CandidateState.CHOSEN if each is chosen else CandidateState.DROPPED
-    plan.branch, plan.head_sha = chosen.branch, chosen.head_sha
+def pick(session: Session, plan: Plan, chosen: Candidate) -> bool:
+    """Make the chosen candidate's branch and head the plan's, unless the plan moved since
+    it was read; the others are dropped once its pull request is open (`settle_pick`)."""
+    picked = update(Plan).where(Plan.id == plan.id, Plan.version == plan.version)
+    values = {"branch": chosen.branch, "head_sha": chosen.head_sha, "version": plan.version + 1}
+    if rows_changed(session, picked.values(**values)) != 1:
+        return False
+    session.refresh(plan)
+    return True
+
+
+def settle_pick(session: Session, plan: Plan) -> None:
+    """The plan's pull request is open from a candidate's head: that one is chosen, the
+    others dropped (their branches and worktrees are then cleaned up)."""
+    for each in live_candidates(session, plan.id):
+        chosen = each.head_sha == plan.head_sha and each.branch == plan.branch
+        each.state = CandidateState.CHOSEN if chosen else CandidateState.DROPPED

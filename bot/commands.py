@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from bot.models import PlanState
+from bot.repo_config import MAX_CANDIDATES
 from bot.states import STOPPABLE
 from bot.untrusted import drop_invisible, strip_html_comments
 
@@ -138,7 +139,7 @@ REGISTRY: tuple[CommandSpec, ...] = (
         "candidates side by side (`x1`: one, whatever the repo config's `candidates`).",
         Who.WRITER,
         r"(?:r(?P<revision>[1-9]\d{0,5}))?(?:(?:^|\s+)(?P<parallel>parallel))?"
-        r"(?:(?:^|\s+)x(?P<candidates>[1-5]))?",
+        rf"(?:(?:^|\s+)x(?P<candidates>[1-{MAX_CANDIDATES}]))?",
         re.IGNORECASE,
         states=(PlanState.DRAFT,),
     ),

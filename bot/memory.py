@@ -32,7 +32,17 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from bot.models import CheckResult, Job, Lesson, LessonState, Plan, PlanState, aware, utcnow
+from bot.models import (
+    Candidate,
+    CheckResult,
+    Job,
+    Lesson,
+    LessonState,
+    Plan,
+    PlanState,
+    aware,
+    utcnow,
+)
 from bot.states import TERMINAL
 
 LIFETIME = timedelta(days=28)
@@ -172,7 +182,10 @@ def plan_ended(session: Session, plan: Plan) -> None:
 
 
 def _check_lessons(session: Session, plan: Plan) -> Iterable[Lesson]:
-    """A check that failed on one head and passed on a later one taught the fix loop something."""
+    """A check that failed on one head and passed on a later one taught the fix loop something.
+    (Not on a best-of-N plan: one candidate's red and another's green teach nothing.)"""
+    if session.scalar(select(Candidate.id).where(Candidate.plan_id == plan.id).limit(1)):
+        return
     results = session.scalars(
         select(CheckResult).where(CheckResult.plan_id == plan.id).order_by(CheckResult.id)
     ).all()

@@ -85,7 +85,7 @@ def parts_section(parts: Sequence[PartShown]) -> str:
     return "\n".join(lines)
 
 
-def candidates_section(candidates: Sequence[Candidate]) -> str:
+def candidates_section(candidates: Sequence[Candidate], *, in_review: bool) -> str:
     """The candidates of a best-of-N plan, best first (bot/candidates.py ranks them)."""
     lines = [
         "#### Candidates, best first",
@@ -105,7 +105,7 @@ def candidates_section(candidates: Sequence[Candidate]) -> str:
             f"| {each.outside_scope} | {each.fix_rounds} | ${each.cost_usd:.4f} "
             f"| {each.seconds:.0f} s |"
         )
-    if any(each.head_sha for each in candidates):
+    if in_review and any(each.head_sha for each in candidates):
         lines.append(
             "\nApprove one with `/approve-diff <sha>`: gaffer opens the pull request from its "
             "branch and deletes the others'."
@@ -157,7 +157,7 @@ def status_comment(
     if changes and plan.state in _READS_SNAPSHOT:
         parts.append(changed_since(plan.current_revision, changes))
     if candidates:
-        parts.append(candidates_section(candidates))
+        parts.append(candidates_section(candidates, in_review=plan.state == PlanState.IN_REVIEW))
     if verification is not None and plan.head_sha:
         parts.append(_verification(plan, verification))
     if proposed:

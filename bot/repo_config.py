@@ -219,7 +219,7 @@ def _validate(raw: dict[str, Any]) -> RepoConfig:
 
 def _candidates(value: Any) -> tuple[str | None, ...]:
     """`candidates: 3` (the plan's agent three times) or a list of agent names."""
-    if value is None or value == 1:
+    if value is None or (value == 1 and not isinstance(value, bool)):
         return ()
     if isinstance(value, int) and not isinstance(value, bool) and 2 <= value <= MAX_CANDIDATES:
         return (None,) * value

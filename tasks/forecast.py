@@ -18,12 +18,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import select, update
+from sqlalchemy import exists, select, update
 from sqlalchemy.orm import Session
 
 from bot.models import (
     Approval,
     ApprovalKind,
+    Candidate,
     Job,
     JobState,
     Plan,
@@ -220,10 +221,14 @@ def _rebase(wctx: WorkerContext, plan: Plan) -> None:
     into, not from the one its approval saw (only before its branch exists: a resumed job
     goes on from its pushed branch)."""
     head = wctx.client(plan.installation_id, plan.repository.full_name).default_branch_sha()
+    started = select(Candidate.id).where(
+        Candidate.plan_id == plan.id, Candidate.branch.is_not(None)
+    )
     with wctx.db.session() as session:
         session.execute(
             update(Plan)
-            .where(Plan.id == plan.id, Plan.branch.is_(None))
+            # Nor once a candidate has a branch: its diff is measured against this base.
+            .where(Plan.id == plan.id, Plan.branch.is_(None), ~exists(started))
             .values(base_sha=head)
             .execution_options(synchronize_session=False)
         )

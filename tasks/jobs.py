@@ -45,7 +45,8 @@ def run_job(wctx: WorkerContext, *, job_id: int) -> None:
 
 
 def _run(wctx: WorkerContext, job: Job, lease: timedelta) -> None:
-    stage = run_candidate if job.candidate is not None else STAGES.get(job.stage)
+    candidate = job.stage == Stage.EXECUTE and job.candidate is not None
+    stage = run_candidate if candidate else STAGES.get(job.stage)
     if stage is None:
         finish(wctx.db, job.id, wctx.worker_id, JobState.FAILED, f"no stage {job.stage!r}")
         return

@@ -18,7 +18,7 @@ from bot.candidates import (
     candidate_with_head,
     live_candidates,
     pick,
-    shares,
+    reshare,
     start_candidates,
     unpicked,
 )
@@ -141,9 +141,7 @@ def _execute(request: Request, plan: Plan, revision: int, agents: list[str | Non
     session = request.ctx.session
     if live_candidates(session, plan.id):
         request.ctx.enqueue(CLEANUP, plan_id=plan.id)  # an earlier approval's are dropped
-    budget = plan.budget_usd if plan.budget_usd is not None else request.config.budget.plan_usd
-    left = None if budget is None else Decimal(budget) - plan_spend(session, plan.id).usd
-    added = start_candidates(session, plan, agents, shares(left, len(agents) or 1))
+    added = start_candidates(session, plan, agents, _budget(request, plan))
     if not added:
         _queue(request, plan, Stage.EXECUTE, f"execute:r{revision}")
     for candidate in added:
@@ -156,6 +154,11 @@ def _execute(request: Request, plan: Plan, revision: int, agents: list[str | Non
             agent=candidate.agent,
             model=candidate.model,
         )
+
+
+def _budget(request: Request, plan: Plan) -> Decimal | None:
+    """The plan's budget: its own (`/budget`), else the repository's."""
+    return plan.budget_usd if plan.budget_usd is not None else request.config.budget.plan_usd
 
 
 def _names(names: Sequence[str]) -> str:
@@ -199,11 +202,11 @@ def _pick(request: Request, plan: Plan, candidates: list[Candidate], sha: str | 
     before = plan.branch, plan.head_sha
     plan.branch, plan.head_sha = found.branch, found.head_sha
     problem = diff_rule_problem(request.ctx.session, plan, request.config, request.actor)
+    plan.branch, plan.head_sha = before
     if problem:
-        plan.branch, plan.head_sha = before
         return problem
-    pick(candidates, found, plan)
-    request.ctx.enqueue(CLEANUP, plan_id=plan.id)
+    if not pick(request.ctx.session, plan, found):
+        return "The plan changed while this command was handled; read it again."
     return None
 
 
@@ -390,10 +393,18 @@ def void_diff_approvals(session: Session, plan: Plan) -> None:
 def retry_plan(request: Request, command: Command, plan: Plan) -> str | None:
     """Start a failed plan again: its work from the approved plan, or its planning."""
     session = request.ctx.session
-    candidates = unpicked(session, plan)
+    candidates = [c for c in unpicked(session, plan) if c.state != CandidateState.VERIFIED]
     if plan.approved_revision and candidates:
         if not advance(session, plan, Event.RETRY, actor=request.actor, fix_rounds=0):
             return _wrong_state(command, plan, PlanState.FAILED)
+        for job in session.scalars(
+            select(Job).where(
+                Job.plan_id == plan.id,
+                Job.candidate.is_not(None),
+                Job.state.in_((JobState.QUEUED, JobState.RUNNING)),
+            )
+        ):
+            job.state = JobState.CANCELLED  # one job a candidate: the new one goes on
         for candidate in candidates:  # each goes on from its pushed branch
             candidate.state, candidate.error = CandidateState.QUEUED, None
             _queue(
@@ -428,8 +439,10 @@ def thaw_plan(request: Request, command: Command, plan: Plan) -> str | None:
 
 @action("budget")
 def set_budget(request: Request, command: Command, plan: Plan) -> str | None:
-    """Set the plan's budget in dollars; the agent is stopped when it is spent."""
+    """Set the plan's budget in dollars; the agent is stopped when it is spent. A best-of-N
+    plan's candidates share the new budget."""
     plan.budget_usd = Decimal(command.args["usd"])
+    reshare(request.ctx.session, plan, plan.budget_usd)
     return None
 
 

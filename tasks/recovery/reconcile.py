@@ -40,6 +40,7 @@ from bot.render import lost_worker_reply, stage_doing, times_stopped
 from bot.states import TERMINAL, Event
 from bot.status import publish_status
 from tasks.context import WorkerContext
+from tasks.stages.candidates import candidate_lost
 from tasks.worktrees import (
     ReapReport,
     WorktreePool,
@@ -228,6 +229,12 @@ def _settle(wctx: WorkerContext, job_id: int, now: datetime) -> Settled | None:
         if verdict == Verdict.DROP:
             return Settled(job.id, plan.id, verdict, None)
         doing = stage_doing(job.stage, checking=plan.state == PlanState.VERIFYING)
+        if verdict == Verdict.FAIL and job.candidate is not None:
+            # One lost candidate fails alone; the plan goes on with the others.
+            candidate_lost(session, plan.id, job.candidate, error)
+            return Settled(
+                job.id, plan.id, verdict, f"gaffer gave candidate c{job.candidate} up: {error}."
+            )
         failed = verdict == Verdict.FAIL and _fail_plan(session, plan, error)
         reply = lost_worker_reply(
             doing, job.attempts, resumed=verdict == Verdict.RESUME, failed=failed, state=plan.state

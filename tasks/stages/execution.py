@@ -274,8 +274,10 @@ def commit_and_push(space: Workspace) -> str:
     left_behind = [f":(exclude){pattern}" for pattern in ignored]
     worktree_git(worktree, ["add", "--all", "--", ".", *left_behind])
     if worktree_git(worktree, ["diff", "--cached", "--name-only"]):
+        candidate = f", candidate c{space.job.candidate}" if space.job.candidate else ""
         message = (
-            f"gaffer: {plan.issue_title}\n\nPlan #{plan.id}, revision r{plan.approved_revision}."
+            f"gaffer: {plan.issue_title}\n\n"
+            f"Plan #{plan.id}, revision r{plan.approved_revision}{candidate}."
         )
         worktree_git(worktree, ["commit", "--quiet", "--no-verify", "-m", message])
     branch = plan.branch or ""

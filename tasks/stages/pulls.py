@@ -6,6 +6,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from bot.approvals import diff_rule_problem
+from bot.candidates import live_candidates, settle_pick
 from bot.costs import plan_spend
 from bot.github import PullBlocked, RepoClient
 from bot.memory import Offered
@@ -21,6 +22,7 @@ from bot.models import (
 )
 from bot.permissions import may_approve
 from bot.plans import advance
+from bot.queue import CLEANUP
 from bot.render import lessons_used
 from bot.repo_config import fetch_repo_config
 from bot.states import Event
@@ -55,7 +57,7 @@ def open_pull_request(wctx: WorkerContext, job: Job) -> None:
         return
     with wctx.db.session() as session:
         plan = session.get_one(Plan, plan.id, populate_existing=True)
-        advance(
+        opened = advance(
             session,
             plan,
             Event.APPROVE_DIFF,
@@ -63,6 +65,11 @@ def open_pull_request(wctx: WorkerContext, job: Job) -> None:
             reason=f"PR #{number} from {head}",
             pr_number=number,
         )
+        picked_from = opened and bool(live_candidates(session, plan.id))
+        if picked_from:
+            settle_pick(session, plan)
+    if picked_from:  # the candidates not picked are cleaned up
+        wctx.send_task(CLEANUP, plan_id=plan.id)
     finish(wctx.db, job.id, wctx.worker_id, JobState.DONE)
     publish_status(wctx.db, client, plan.id)
 

@@ -15,8 +15,19 @@ from bot.models import Candidate, CandidateState, Job, PlanState, Stage
 from double.driver import IssueFlow
 from double.origin import commit_to_origin
 from tasks.gitcmd import GitError, git
+from tasks.recovery.reconcile import MAX_JOB_ATTEMPTS
 from tasks.worktrees import WorktreePool, mirror_path
 from tests.conftest import INSTALLATION_ID, REPO
+from tests.in_process import the_plan
+from tests.reliability.test_recovery import (  # noqa: F401 - broker is a fixture
+    add_job,
+    broker,
+    drafted_plan,
+    reconcile_once,
+    replies,
+    set_plan,
+    worker_died,
+)
 from tests.support import WEBHOOK_SECRET, wait_for
 
 CONFIG = """\
@@ -69,8 +80,9 @@ def flow(app, client, github, origin: Path, server_config: Path) -> IssueFlow:
     return IssueFlow(app, client, github, origin, REPO, INSTALLATION_ID, WEBHOOK_SECRET, body=BODY)
 
 
-def candidates(app) -> list[Candidate]:
-    with app.extensions["gaffer_db"].session() as session:
+def candidates(app_or_wctx) -> list[Candidate]:
+    db = getattr(app_or_wctx, "db", None) or app_or_wctx.extensions["gaffer_db"]
+    with db.session() as session:
         return list(session.scalars(select(Candidate).order_by(Candidate.number)))
 
 
@@ -169,3 +181,28 @@ def test_three_candidates_are_verified_ranked_and_the_approved_one_opens_the_pr(
         lambda: set(pool.leases()) <= {f"plan-{plan.id}-c2"},
         what="the dropped candidates' worktrees to be removed",
     )
+
+
+@pytest.mark.usefixtures("broker")
+def test_a_candidate_whose_worker_died_too_often_fails_alone(
+    wctx, client, github, thread, caplog
+) -> None:
+    plan_id = drafted_plan(wctx, client, github, thread)
+    set_plan(wctx, plan_id, state=PlanState.EXECUTING, approved_revision=1)
+    with wctx.db.session() as session:
+        session.add_all(
+            [
+                Candidate(
+                    plan_id=plan_id, number=1, state=CandidateState.VERIFIED, head_sha="a" * 40
+                ),
+                Candidate(plan_id=plan_id, number=2, state=CandidateState.RUNNING),
+            ]
+        )
+    job_id = add_job(wctx, plan_id, "execute", candidate=2)
+    worker_died(wctx, job_id, MAX_JOB_ATTEMPTS)
+
+    reconcile_once(wctx, caplog)
+
+    assert [c.state for c in candidates(wctx)] == [CandidateState.VERIFIED, CandidateState.FAILED]
+    assert the_plan(wctx).state == PlanState.IN_REVIEW  # the other candidate waits for review
+    assert any("gave candidate c2 up" in reply for reply in replies(github))
