@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from bot.db import rows_changed
 from bot.memory import plan_ended
-from bot.models import AuditEvent, Job, Plan, PlanPart, PlanState
+from bot.models import AuditEvent, Job, JobState, Plan, PlanPart, PlanState
 from bot.repo_config import RepoConfig
 from bot.states import TERMINAL, Event, next_state
 
@@ -128,6 +128,30 @@ def add_job(session: Session, plan: Plan, stage: str, key: str, **fields: Any) -
     except IntegrityError:
         return None
     return job
+
+
+# What a job waiting for a plan (its scope's overlap, or a part's merge) records in
+# `jobs.waiting_on`, before the plan's id.
+WAITING_FOR_PLAN = "plan:"
+
+
+def waiting_key(plan_id: int) -> str:
+    return f"{WAITING_FOR_PLAN}{plan_id}"
+
+
+def wake_waiting(session: Session, plan_ids: list[int]) -> list[int]:
+    """End the park of the queued jobs waiting for any of these plans, and return them, to
+    be sent at once now that one has moved."""
+    keys = [waiting_key(plan_id) for plan_id in plan_ids]
+    waiting = (Job.state == JobState.QUEUED, Job.waiting_on.in_(keys))
+    ids = list(session.scalars(select(Job.id).where(*waiting)))
+    session.execute(
+        update(Job)
+        .where(Job.id.in_(ids), *waiting)
+        .values(parked_until=None)
+        .execution_options(synchronize_session=False)
+    )
+    return ids
 
 
 def parent_of(session: Session, plan: Plan) -> int | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 
 from sqlalchemy import exists, select, update
 from sqlalchemy.orm import Session
@@ -34,14 +35,18 @@ from bot.models import (
     Stage,
     utcnow,
 )
-from bot.plans import latest_plan, parent_of
+from bot.plans import WAITING_FOR_PLAN, latest_plan, parent_of, waiting_key, wake_waiting
+from bot.queue import RUN_JOB
 from bot.status import publish_status
 from tasks.checks.diffcheck import path_matches
 from tasks.context import WorkerContext
-from tasks.slots import LOOK_AGAIN, mark_waiting
+from tasks.slots import mark_waiting
 from tasks.stages.costs import park
 
 EDITING_STAGES = frozenset({Stage.EXECUTE, Stage.REWORK})
+# A job waiting for a plan is sent again when that plan's editing job ends or its pull
+# request merges (wake_waiters, and bot/handlers/pulls.py); this is only the fallback.
+WAIT_AGAIN = timedelta(seconds=60)
 _WILDCARD = re.compile(r"[*?\[]")
 
 
@@ -62,7 +67,7 @@ class Blocker:
 
     @property
     def key(self) -> str:
-        return f"plan:{self.plan_id}"
+        return waiting_key(self.plan_id)
 
     def __str__(self) -> str:
         return f"queued: {self.why}"
@@ -190,14 +195,14 @@ def wait_for_scope(wctx: WorkerContext, job: Job) -> bool:
         blocker = blocker_of(session, job)
         plan = session.get_one(Plan, job.plan_id)
     if blocker is None:
-        if job.waiting_on and job.waiting_on.startswith("plan:"):
+        if job.waiting_on and job.waiting_on.startswith(WAITING_FOR_PLAN):
             mark_waiting(wctx.db, job.id, None)  # its wait is over: its work starts now
         if job.stage == Stage.EXECUTE and plan.branch is None and _comes_after(wctx, plan):
             _rebase(wctx, plan)
         return False
     mark_waiting(wctx.db, job.id, blocker.key)
     stands = str(blocker)
-    if park(wctx, job.id, utcnow() + LOOK_AGAIN, stands) and stands != job.error:
+    if park(wctx, job.id, utcnow() + WAIT_AGAIN, stands) and stands != job.error:
         publish_status(
             wctx.db, wctx.client(plan.installation_id, plan.repository.full_name), plan.id
         )
@@ -232,3 +237,16 @@ def _rebase(wctx: WorkerContext, plan: Plan) -> None:
             .values(base_sha=head)
             .execution_options(synchronize_session=False)
         )
+
+
+def wake_waiters(wctx: WorkerContext, job: Job) -> None:
+    """An editing job that ended no longer holds anyone: send the jobs waiting for its plan
+    now rather than at their next look."""
+    if job.stage not in EDITING_STAGES:
+        return
+    with wctx.db.session() as session:
+        if session.scalar(select(Job.state).where(Job.id == job.id)) == JobState.QUEUED:
+            return  # parked: it still holds them
+        waiting = wake_waiting(session, [job.plan_id])
+    for job_id in waiting:
+        wctx.send_task(RUN_JOB, job_id=job_id)

@@ -9,7 +9,7 @@ from datetime import timedelta
 from bot.logs import about
 from bot.models import Job, JobState, Stage
 from tasks.context import WorkerContext
-from tasks.forecast import wait_for_scope
+from tasks.forecast import wait_for_scope, wake_waiters
 from tasks.leases import Heartbeat, claim, finish
 from tasks.slots import give_back, wait_for_slots
 from tasks.stages.candidates import run_candidate
@@ -64,6 +64,7 @@ def _run(wctx: WorkerContext, job: Job, lease: timedelta) -> None:
             raise
         finally:
             give_back(wctx.db, job.id)
+            wake_waiters(wctx, job)
     with wctx.db.session() as session:
         ended = session.get(Job, job.id)  # gone with its plan when GitHub no longer asks for it
         state = ended.state.value if ended else "with its plan dropped"

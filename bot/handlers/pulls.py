@@ -15,8 +15,8 @@ from bot.db import Database
 from bot.event_router import Router
 from bot.github import RepoClient, is_gaffers_pull
 from bot.models import AuditEvent, Notice, Plan, PlanState, aware, utcnow
-from bot.plans import advance, parent_of, parts_all_merged
-from bot.queue import CLEANUP
+from bot.plans import advance, parent_of, parts_all_merged, wake_waiting
+from bot.queue import CLEANUP, RUN_JOB
 from bot.render import foreign_pull_note
 from bot.states import Event
 
@@ -41,6 +41,10 @@ def pull_request_closed(ctx: Context, payload: dict[str, Any]) -> None:
         ctx.enqueue(CLEANUP, plan_id=plan.id)
         if event == Event.PR_MERGED:
             _finish_parent(ctx, plan, repo["full_name"])
+            # Parts that wait for this one to merge (or for its parent, before it had a plan).
+            parent = parent_of(ctx.session, plan)
+            for job_id in wake_waiting(ctx.session, [plan.id, *([parent] if parent else [])]):
+                ctx.enqueue(RUN_JOB, job_id=job_id)
 
 
 def _finish_parent(ctx: Context, part: Plan, full_name: str) -> None:

@@ -45,13 +45,6 @@ def part(parent: InProcess, number: int) -> InProcess:
     return InProcess(flow, parent.wctx)
 
 
-def run_waiting_jobs(wctx) -> None:
-    """Let the jobs that wait and look again look now (their few seconds pass at once)."""
-    with wctx.db.session() as session:
-        session.execute(update(Job).where(Job.state == JobState.QUEUED).values(parked_until=None))
-    settle(wctx)
-
-
 def to_merged(issue: InProcess) -> None:
     plan = issue.comment("/approve")
     assert plan.state == PlanState.IN_REVIEW, plan.last_error
@@ -94,7 +87,7 @@ def test_split_opens_sub_issues_that_are_planned_merged_in_order_and_close_the_p
     assert "1. #2 Add the widget model — `merged`" in parent.flow.status()
     assert parent.flow.plan().state == PlanState.SPLIT  # one part is still open
 
-    run_waiting_jobs(wctx)
+    # The first's merge sent the second at once, not at its next look a minute later.
     plan = second.flow.plan()
     assert plan.state == PlanState.IN_REVIEW, plan.last_error
     second.comment(f"/approve-diff {plan.head_sha}")
