@@ -29,6 +29,7 @@ from time import monotonic, sleep
 from typing import Any
 
 from kombu.transport import sqlalchemy as kombu_sql
+from sqlalchemy import inspect
 from sqlalchemy.exc import IntegrityError
 
 TRANSPORT = "bot.sql_broker:Transport"
@@ -36,6 +37,9 @@ URL_PREFIX = "sqla+"  # what BROKER_URL starts with on the embedded default
 # How often a worker looks for messages when no doorbell rings, and when it has none.
 QUIET_POLL_S = 1.0
 BELL_LESS_POLL_S = 0.1
+# A queue's row is looked for (and made) this many times while the database is busy.
+QUEUE_ROW_TRIES = 20
+QUEUE_ROW_WAIT_S = 0.05
 
 
 class Doorbell:
@@ -124,11 +128,21 @@ def _send(sender: socket.socket, path: Path) -> None:
 
 class Channel(kombu_sql.Channel):
     def _get_or_create(self, queue: str) -> Any:
-        try:
-            return super()._get_or_create(queue)
-        except IntegrityError:
+        """The queue's row, made if missing. kombu's own gives up quietly when a busy
+        database refuses its commit, handing back a row never stored; a message put with it
+        would then insert the queue again beside the one another process made (a unique
+        violation). So a row is returned only once it is stored."""
+        for _ in range(QUEUE_ROW_TRIES):
+            try:
+                found = super()._get_or_create(queue)
+            except IntegrityError:  # another process made it first: read theirs
+                self.session.rollback()
+                continue
+            if inspect(found).persistent:
+                return found
             self.session.rollback()
-            return super()._get_or_create(queue)
+            sleep(QUEUE_ROW_WAIT_S)
+        return super()._get_or_create(queue)  # still busy: as kombu does
 
     def _put(self, queue: Any, payload: Any, **kwargs: Any) -> None:  # type: ignore[override]
         super()._put(queue, payload, **kwargs)

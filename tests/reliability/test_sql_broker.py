@@ -40,6 +40,28 @@ def test_a_queue_row_another_worker_made_meanwhile_is_used(
         assert second.default_channel._size("agent") == 1
 
 
+def test_a_queue_row_a_busy_database_did_not_store_is_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When a busy database refuses the commit of a queue's new row, kombu hands the unstored
+    row back; a message put with it inserts the queue a second time beside the row another
+    worker made meanwhile, and the unique violation ends the worker. gaffer's transport
+    reads the stored row instead."""
+    url = f"sqlite:///{tmp_path / 'broker.sqlite'}"
+    looked_up = kombu_sql.Channel._get_or_create
+
+    def refused(channel: kombu_sql.Channel, queue: str) -> object:
+        monkeypatch.setattr(kombu_sql.Channel, "_get_or_create", looked_up)
+        with Connection(url, transport=TRANSPORT) as other:  # another worker makes the row
+            Queue(queue).bind(other.default_channel).declare()
+        return channel.queue_cls(queue)  # what kombu returns after a refused commit
+
+    with Connection(url, transport=TRANSPORT) as worker:
+        monkeypatch.setattr(kombu_sql.Channel, "_get_or_create", refused)
+        worker.default_channel._put("agent", {"body": "stored once"})
+        assert worker.default_channel._size("agent") == 1
+
+
 def test_a_waiting_worker_gets_a_message_when_it_is_put_not_at_its_next_look(
     tmp_path: Path,
 ) -> None:
