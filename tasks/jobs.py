@@ -11,7 +11,7 @@ from bot.models import Job, JobState, Stage
 from tasks.context import WorkerContext
 from tasks.forecast import wait_for_scope, wake_waiters
 from tasks.leases import Heartbeat, claim, finish
-from tasks.slots import give_back, wait_for_slots
+from tasks.slots import hand_on, wait_for_slots
 from tasks.stages.candidates import run_candidate
 from tasks.stages.execution import run_execution, run_recheck
 from tasks.stages.parts import open_parts
@@ -63,7 +63,7 @@ def _run(wctx: WorkerContext, job: Job, lease: timedelta) -> None:
             )
             raise
         finally:
-            give_back(wctx.db, job.id)
+            hand_on(wctx, job.id)
             wake_waiters(wctx, job)
     with wctx.db.session() as session:
         ended = session.get(Job, job.id)  # gone with its plan when GitHub no longer asks for it
