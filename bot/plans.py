@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from bot.db import rows_changed
 from bot.memory import plan_ended
-from bot.models import AuditEvent, Job, JobState, Plan, PlanPart, PlanState
+from bot.models import AuditEvent, Job, JobState, Plan, PlanPart, PlanState, utcnow
 from bot.repo_config import RepoConfig
 from bot.states import TERMINAL, Event, next_state
 
@@ -148,7 +148,8 @@ def wake_waiting(session: Session, plan_ids: list[int]) -> list[int]:
     session.execute(
         update(Job)
         .where(Job.id.in_(ids), *waiting)
-        .values(parked_until=None)
+        # Due now: claimable, and sent again by the reconciler should this message be lost.
+        .values(parked_until=utcnow())
         .execution_options(synchronize_session=False)
     )
     return ids

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 
-from bot.models import Delivery, Job, JobState, Plan, PlanState
+from bot.models import Delivery, Job, JobState, Plan, PlanState, utcnow
 from double.driver import IssueFlow
 from tasks.deliveries import process_delivery
 from tasks.jobs import run_job
@@ -36,9 +36,10 @@ def receive(wctx, client, event: str, payload: dict[str, Any], **options: Any) -
 
 
 def runnable_jobs(wctx) -> list[int]:
-    """Return the queued jobs a worker would take now (a parked job waits)."""
+    """Return the queued jobs a worker would take now (a parked job waits until its time)."""
     with wctx.db.session() as session:
-        runnable = select(Job.id).where(Job.state == JobState.QUEUED, Job.parked_until.is_(None))
+        due = or_(Job.parked_until.is_(None), Job.parked_until <= utcnow())
+        runnable = select(Job.id).where(Job.state == JobState.QUEUED, due)
         return list(session.scalars(runnable))
 
 

@@ -56,6 +56,9 @@ def server_config(tmp_path: Path, until_file: Path) -> Path:
         path.read_text()
         + f"limits: {{repository: {REPOSITORY_LIMIT}, account: {ACCOUNT_LIMIT}}}\n"
         + "reconcile_every_s: 2\n"
+        # A job whose message the killed machine had taken but not started is sent again
+        # by the reconciler after job_stale_s (600 s in production).
+        + "job_stale_s: 20\n"
     )
     return path
 
