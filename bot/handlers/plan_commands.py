@@ -194,8 +194,8 @@ def approve_diff(request: Request, command: Command, plan: Plan) -> str | None:
 
 
 def _pick(request: Request, plan: Plan, candidates: list[Candidate], sha: str | None) -> str | None:
-    """Make the candidate with head sha the plan's if it may be approved, and have the
-    others' branches and worktrees cleaned up; or say why not."""
+    """Make the candidate with head sha the plan's if it may be approved, or say why not
+    (the others are dropped once its pull request is open)."""
     found = candidate_with_head(candidates, sha)
     if isinstance(found, str):
         return found
