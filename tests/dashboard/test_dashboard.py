@@ -108,6 +108,14 @@ def text(browser: webdriver.Chrome, element_id: str) -> str:
     return browser.find_element(By.ID, element_id).text
 
 
+def heading(browser: webdriver.Chrome) -> str:
+    """The page's heading, or nothing while a new page replaces the old one."""
+    try:
+        return browser.find_element(By.TAG_NAME, "h1").text
+    except StaleElementReferenceException:
+        return ""
+
+
 def test_a_plans_whole_life_on_the_dashboard(
     dashboard, browser: webdriver.Chrome, github, origin: Path, worker, settings
 ) -> None:
@@ -124,7 +132,7 @@ def test_a_plans_whole_life_on_the_dashboard(
     assert "Not Found" in browser.page_source
     browser.get(f"{url}/dashboard/")
     browser.find_element(By.XPATH, "//button[text()='Sign out']").click()
-    assert "Signed out" in browser.find_element(By.TAG_NAME, "h1").text
+    wait_for(lambda: "Signed out" in heading(browser), what="the signed-out page")
 
     # A writer sees the draft in the queue and opens it.
     sign_in(browser, url, github, "maintainer")
@@ -132,6 +140,7 @@ def test_a_plans_whole_life_on_the_dashboard(
     row = browser.find_element(By.LINK_TEXT, f"{REPO}#{flow.number}")
     assert "draft" in browser.find_element(By.ID, "plans").text
     row.click()
+    wait_for(lambda: browser.find_elements(By.ID, "plan-state"), what="the plan's page")
     assert text(browser, "plan-state") == "draft"
 
     flow.comment("/approve")
