@@ -145,15 +145,20 @@ def _execute(request: Request, plan: Plan, revision: int, agents: list[str | Non
     if not added:
         _queue(request, plan, Stage.EXECUTE, f"execute:r{revision}")
     for candidate in added:
-        _queue(
-            request,
-            plan,
-            Stage.EXECUTE,
-            f"execute:r{revision}:c{candidate.number}",
-            candidate=candidate.number,
-            agent=candidate.agent,
-            model=candidate.model,
-        )
+        _queue_candidate(request, plan, candidate, f"execute:r{revision}:c{candidate.number}")
+
+
+def _queue_candidate(request: Request, plan: Plan, candidate: Candidate, key: str) -> None:
+    """Queue one candidate's execute job, with its own agent and model."""
+    _queue(
+        request,
+        plan,
+        Stage.EXECUTE,
+        key,
+        candidate=candidate.number,
+        agent=candidate.agent,
+        model=candidate.model,
+    )
 
 
 def _budget(request: Request, plan: Plan) -> Decimal | None:
@@ -407,15 +412,8 @@ def retry_plan(request: Request, command: Command, plan: Plan) -> str | None:
             job.state = JobState.CANCELLED  # one job a candidate: the new one goes on
         for candidate in candidates:  # each goes on from its pushed branch
             candidate.state, candidate.error = CandidateState.QUEUED, None
-            _queue(
-                request,
-                plan,
-                Stage.EXECUTE,
-                f"execute:r{plan.approved_revision}:c{candidate.number}:{request.comment_id}",
-                candidate=candidate.number,
-                agent=candidate.agent,
-                model=candidate.model,
-            )
+            key = f"execute:r{plan.approved_revision}:c{candidate.number}:{request.comment_id}"
+            _queue_candidate(request, plan, candidate, key)
         return None
     if plan.approved_revision:
         moved = advance(session, plan, Event.RETRY, actor=request.actor, fix_rounds=0)
