@@ -31,7 +31,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     app_setup.add_parser(commands)
     worker = commands.add_parser("worker", help="run a Celery worker")
     worker.add_argument("queues", nargs="?", default="github,agent")
-    worker.add_argument("--concurrency", default="2")
+    worker.add_argument(
+        "--concurrency", default=None, help="jobs at once (agent queue: twice `agent_slots`)"
+    )
     worker.add_argument("--beat", action="store_true")
     operator_cli.add_parsers(commands)
     db = commands.add_parser("db", help="database commands")
@@ -73,14 +75,14 @@ def _web(settings: Settings, _args: argparse.Namespace) -> int:
 
 
 def _worker(_settings: Settings, args: argparse.Namespace) -> int:
-    argv = [sys.executable, "-m", "tasks.worker", args.queues, "--concurrency", args.concurrency]
+    argv = [sys.executable, "-m", "tasks.worker", args.queues]
+    argv += ["--concurrency", args.concurrency] if args.concurrency else []
     argv += ["--beat"] if args.beat else []
     os.execv(argv[0], argv)
 
 
 def _run(settings: Settings, args: argparse.Namespace) -> int:
     _db(settings, args)
-    slots = str(settings.server_config.get("agent_slots", 2))
     stop = _Stop()  # before any part starts, so none is left behind by an early Ctrl-C
     children = [
         _child(_web_argv(settings)),
@@ -88,10 +90,7 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
             [sys.executable, "-m", "tasks.worker", "github", "--concurrency", "4", "--beat"]
             + ["--name", "github@%h"]
         ),
-        _child(
-            [sys.executable, "-m", "tasks.worker", "agent", "--concurrency", slots]
-            + ["--name", "agent@%h"]
-        ),
+        _child([sys.executable, "-m", "tasks.worker", "agent", "--name", "agent@%h"]),
     ]
     print(
         f"gaffer: listening on http://0.0.0.0:{settings.port} "

@@ -17,13 +17,6 @@ QUIET_POLL_S seconds, for messages put from another machine or a ring that went 
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import os
-import select
-import socket
-import tempfile
-from pathlib import Path
 from queue import Empty
 from time import monotonic, sleep
 from typing import Any
@@ -31,6 +24,8 @@ from typing import Any
 from kombu.transport import sqlalchemy as kombu_sql
 from sqlalchemy import inspect
 from sqlalchemy.exc import IntegrityError
+
+from bot.doorbell import Doorbell
 
 TRANSPORT = "bot.sql_broker:Transport"
 URL_PREFIX = "sqla+"  # what BROKER_URL starts with on the embedded default
@@ -40,90 +35,6 @@ BELL_LESS_POLL_S = 0.1
 # A queue's row is looked for (and made) this many times while the database is busy.
 QUEUE_ROW_TRIES = 20
 QUEUE_ROW_WAIT_S = 0.05
-
-
-class Doorbell:
-    """Wake the workers of one broker on this machine when a message is put for them."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self._socket: socket.socket | None = None
-        self._path: Path | None = None
-
-    @classmethod
-    def of(cls, broker_url: str) -> Doorbell:
-        """Return the doorbell of the broker at broker_url (an SQLAlchemy URL)."""
-        # Under the temporary folder, not beside the database: a socket's path is short.
-        digest = hashlib.sha256(broker_url.encode()).hexdigest()[:16]
-        return cls(Path(tempfile.gettempdir()) / f"gaffer-broker-{digest}")
-
-    def ring(self) -> None:
-        """Wake every worker waiting on this broker here."""
-        try:
-            names = os.listdir(self.folder)
-        except OSError:
-            return
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
-            sender.setblocking(False)
-            for name in names:
-                _send(sender, self.folder / name)
-
-    def ring_here(self) -> None:
-        """Wake the worker waiting on this doorbell's own socket."""
-        if self._path is not None:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
-                sender.setblocking(False)
-                _send(sender, self._path)
-
-    def wait(self, timeout: float) -> bool:
-        """Return when rung (True) or after timeout seconds; False if no doorbell can be had
-        here, without waiting."""
-        listening = self._listen()
-        if listening is None:
-            return False
-        ready, _, _ = select.select([listening], [], [], timeout)
-        while ready:  # one look answers every ring that came meanwhile
-            try:
-                listening.recv(16)
-            except BlockingIOError:
-                break
-        return True
-
-    def close(self) -> None:
-        if self._socket is not None:
-            self._socket.close()
-            self._socket = None
-        if self._path is not None:
-            self._path.unlink(missing_ok=True)
-            self._path = None
-            with contextlib.suppress(OSError):  # the last to leave takes the folder away
-                self.folder.rmdir()
-
-    def _listen(self) -> socket.socket | None:
-        if self._socket is None:
-            try:
-                self.folder.mkdir(mode=0o700, exist_ok=True)
-                if self.folder.stat().st_uid != os.getuid():
-                    return None  # another user's folder: rings from it are not to be trusted
-                path = self.folder / f"{os.getpid()}-{id(self)}"
-                listening = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-                listening.bind(str(path))
-            except OSError:
-                return None
-            listening.setblocking(False)
-            self._socket, self._path = listening, path
-        return self._socket
-
-
-def _send(sender: socket.socket, path: Path) -> None:
-    try:
-        sender.sendto(b"!", str(path))
-    except BlockingIOError:
-        pass  # its queue of rings is full: it wakes anyway
-    except (ConnectionRefusedError, FileNotFoundError):
-        path.unlink(missing_ok=True)  # the worker that listened there is gone
-    except OSError:
-        pass  # a ring is a hint; the worker looks again on its own
 
 
 class Channel(kombu_sql.Channel):
@@ -173,7 +84,7 @@ class Transport(kombu_sql.Transport):
 
     def __init__(self, client: Any, **kwargs: Any) -> None:
         super().__init__(client, **kwargs)
-        self.doorbell = Doorbell.of(client.hostname)
+        self.doorbell = Doorbell.named("broker", client.hostname)
         self.polling_interval = QUIET_POLL_S
 
     def drain_events(self, connection: Any, timeout: float | None = None) -> None:  # type: ignore[override]

@@ -93,9 +93,9 @@ def local_gaffer(
         github.permissions[(REPO, "maintainer")] = "admin"
         api_url = stack.enter_context(serve_on_loopback(double))
         github.web_url = api_url  # links on the thread point at the double, not at github.com
-        settings = _settings(home, api_url, server or {})
+        settings = _settings(home, api_url, {"agent_slots": agent_slots, **(server or {})})
         upgrade(settings.database_url)
-        stack.enter_context(_workers(settings, home, agent_slots))
+        stack.enter_context(_workers(settings, home))
         app = create_app(settings)
         stack.callback(app.extensions["gaffer_db"].dispose)
         yield LocalGaffer(app, github, origin)
@@ -222,7 +222,7 @@ def _settings(home: Path, api_url: str, server: Mapping[str, Any]) -> Settings:
 
 
 @contextmanager
-def _workers(settings: Settings, home: Path, agent_slots: int) -> Iterator[None]:
+def _workers(settings: Settings, home: Path) -> Iterator[None]:
     env = {
         **os.environ,
         "WEBHOOK_SECRET": SECRET,
@@ -247,8 +247,8 @@ def _workers(settings: Settings, home: Path, agent_slots: int) -> Iterator[None]
                     queues,
                     "--name",
                     f"{queues}@demo",
-                    "--concurrency",
-                    str(agent_slots if queues == "agent" else 4),
+                    # The agent worker's own: twice its agent slots (tasks/agent_slots.py).
+                    *(["--concurrency", "4"] if queues == "github" else []),
                 ],
                 env=env,
                 stdout=log,

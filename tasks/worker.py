@@ -21,6 +21,7 @@ from bot.outbox import Relay
 from bot.queue import CLEANUP, PROCESS_DELIVERY, QUEUE_OF, RECONCILE, RUN_JOB, make_celery
 from bot.settings import Settings, SettingsError
 from bot.untrusted import drop_invisible
+from tasks.agent_slots import JOBS_PER_SLOT, agent_slots
 from tasks.context import WorkerContext
 from tasks.deliveries import process_delivery, record_failure
 from tasks.isolation.cgroups import unavailable as cgroups_unavailable
@@ -128,19 +129,28 @@ def _reap_this_machine(wctx: WorkerContext) -> None:
     worker_shutdown.connect(lambda **_: reaper.stop(), weak=False)
 
 
+def _concurrency(queues: str, settings: Settings) -> int:
+    """Jobs at once: on the agent queue, more than the machine's agent slots, so that other
+    jobs' git, checks and GitHub work go on beside the agents (tasks/agent_slots.py)."""
+    if "agent" in queues.split(","):
+        return JOBS_PER_SLOT * agent_slots(settings.server_config.get("agent_slots"))
+    return 2
+
+
 def main(argv: list[str] | None = None) -> None:
     """Start a worker on the queues given, e.g. `python -m tasks.worker github --beat`."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m tasks.worker")
     parser.add_argument("queues", help="comma-separated: github, agent")
-    parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, default=None)
     parser.add_argument("--beat", action="store_true", help="also run the periodic scheduler")
     parser.add_argument("--name", default=None)
     args = parser.parse_args(argv)
     try:
         settings = Settings.from_env(calling_github=True)
-    except SettingsError as error:
+        threads = args.concurrency or _concurrency(args.queues, settings)
+    except (SettingsError, ValueError) as error:
         print(f"gaffer worker: {error}", file=sys.stderr)
         raise SystemExit(2) from None
     # Command parsing builds its table of invisible characters on first use, a few tenths
@@ -156,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
         "--pool",
         "threads",
         "-c",
-        str(args.concurrency),
+        str(threads),
         "--loglevel",
         "INFO",
         "--without-gossip",

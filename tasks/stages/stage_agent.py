@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 
 from bot.models import Job, Plan
 from bot.repo_config import RepoConfig
+from tasks.agent_slots import SlotWaitStopped, agent_slot, agent_slots
 from tasks.agents.definitions import AgentResult, AgentSpec, load_agents, run_agent
 from tasks.context import WorkerContext
 from tasks.leases import is_cancelled
@@ -78,25 +80,33 @@ def run_stage_agent(
         raise OverBudget(_over_budget_message(plan, config))
     spec = agent_of(wctx, plan, job)
     account = account_of(spec, os.environ)
-    if (wait := admit(wctx.db, account, job.id)) is not None:
-        raise Held(wait.until, f"{wait.reason}.", tell=wait.tell)
-    result = run_agent(
-        spec,
-        stage=stage,
-        prompt=prompt,
-        workdir=workdir,
-        job_dir=job_dir,
-        model=job.model if job.candidate else plan.model,
-        timeout_s=float(wctx.setting("agent_timeout_s", 3600)),
-        idle_timeout_s=float(wctx.setting("agent_idle_timeout_s", 600)),
-        source_env=os.environ,
-        should_stop=lambda: is_cancelled(wctx.db, job.id),
-        spend_limit_usd=left,
-        prices=wctx.setting("prices", None),
-        memory_mb=spec.memory_limit_mb(wctx.setting("agent_memory_mb", AGENT_MEMORY_MB)),
-        sandbox=wctx.sandbox,
-        shown=git_dirs(workdir, wctx.settings.home),
-    )
+    should_stop = partial(is_cancelled, wctx.db, job.id)
+    slots = agent_slots(wctx.setting("agent_slots", None))
+    try:
+        # The machine's slot covers the agent's run alone (tasks/agent_slots.py).
+        with agent_slot(wctx.settings.home, slots, should_stop):
+            # The provider is asked only now: a limit met while the job waited counts.
+            if (wait := admit(wctx.db, account, job.id)) is not None:
+                raise Held(wait.until, f"{wait.reason}.", tell=wait.tell)
+            result = run_agent(
+                spec,
+                stage=stage,
+                prompt=prompt,
+                workdir=workdir,
+                job_dir=job_dir,
+                model=job.model if job.candidate else plan.model,
+                timeout_s=float(wctx.setting("agent_timeout_s", 3600)),
+                idle_timeout_s=float(wctx.setting("agent_idle_timeout_s", 600)),
+                source_env=os.environ,
+                should_stop=should_stop,
+                spend_limit_usd=left,
+                prices=wctx.setting("prices", None),
+                memory_mb=spec.memory_limit_mb(wctx.setting("agent_memory_mb", AGENT_MEMORY_MB)),
+                sandbox=wctx.sandbox,
+                shown=git_dirs(workdir, wctx.settings.home),
+            )
+    except SlotWaitStopped as stopped:
+        raise Stopped(str(stopped)) from stopped
     add_usage(wctx, job.id, result.usage)
     if result.over_budget:
         raise OverBudget(_over_budget_message(plan, config))

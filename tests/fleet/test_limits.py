@@ -67,3 +67,37 @@ def test_a_repository_limit_of_one_holds_across_two_agent_workers(
         for body in said
     )
     assert "Waiting" not in issues[-1].status()  # said no more once the plan ran
+
+
+def test_one_plans_checks_run_beside_the_next_plans_agent(
+    app, client, github, origin: Path, start_worker, server_config: Path
+) -> None:
+    """The machine's one agent slot covers an agent's run, not its job: while the first
+    plan's slow check runs, the second plan's agent has the slot."""
+    server_config.write_text(server_config.read_text() + "agent_slots: 1\n")
+    commit_to_origin(
+        origin,
+        {".github/gaffer.yml": "checks:\n  - name: slow\n    run: sleep 4\n    timeout: 60\n"},
+        "a slow check",
+    )
+    start_worker("github", concurrency=3)
+    start_worker("agent", concurrency=2)
+    flow = IssueFlow(app, client, github, origin, REPO, INSTALLATION_ID, WEBHOOK_SECRET)
+    flow.body = "Slow.\n\n```gaffer-script\n- sleep: 2\n- write: {path: done.txt, content: x}\n```\n"
+    first, second = (dataclasses.replace(flow, number=n).open() for n in (1, 2))
+    for issue in (first, second):
+        issue.label()
+    for issue in (first, second):
+        issue.wait_state(PlanState.DRAFT)
+    for issue in (first, second):
+        issue.comment("/approve")
+    for issue in (first, second):
+        issue.wait_state(PlanState.IN_REVIEW, timeout=120)
+    runs = sorted(
+        (run for run in github.check_runs(REPO) if run["name"].endswith("slow")),
+        key=lambda run: run["started_at"],
+    )
+    assert len(runs) == 2
+    earlier, later = runs
+    # The later plan's agent ran (and its check began) while the earlier plan's check ran.
+    assert later["started_at"] < earlier["completed_at"]
