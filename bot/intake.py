@@ -3,7 +3,8 @@
 Each request hands its delivery to the process's writer and waits (a Flask thread on a
 future's result, the web front's event loop on the same future). The writer takes
 every delivery waiting at that moment, inserts them in one statement, its own transaction
-(on PostgreSQL notifying the outbox's relays, bot/outbox.py), and wakes each
+(telling the outbox's relays: a notification on PostgreSQL, a doorbell on SQLite; see
+bot/outbox.py), and wakes each
 request when the commit is done, saying whether its delivery was new. A request answers
 GitHub only after that, so an answered delivery is on disk. With one request in flight a
 transaction holds one row, as before; under load one commit serves many requests, which
@@ -22,7 +23,7 @@ from sqlalchemy import Connection, Engine, func
 from sqlalchemy.dialects import postgresql, sqlite
 
 from bot.models import Delivery
-from bot.outbox import CHANNEL
+from bot.outbox import CHANNEL, outbox_doorbell
 
 # At most this many deliveries in one statement: a few megabytes of payloads.
 MAX_BATCH = 64
@@ -47,6 +48,7 @@ class DeliveryWriter:
         self.engine = engine
         self.postgres = engine.dialect.name == "postgresql"
         self.insert = _insert_once(self.postgres)
+        self._bell = None if self.postgres else outbox_doorbell(str(engine.url))
         self._pending: list[_Waiting] = []
         self._wakeup = threading.Condition()
         self._writing = False
@@ -106,6 +108,8 @@ class DeliveryWriter:
                 self._connection = connection.execution_options(isolation_level="AUTOCOMMIT")
             rows = self._connection.execute(self.insert, [each.row for each in batch])
             new = {tuple(row)[:3] for row in rows}
+            if new and self._bell is not None:
+                self._bell.ring()
         except BaseException as error:  # every waiting request answers with it
             self._let_go(broken=True)
             for each in batch:

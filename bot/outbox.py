@@ -8,8 +8,9 @@ the row claimed; the reconciler sends it again once it is stale (tasks/recovery/
 reconcile.py). Processing checks `processed_at` first, so a row sent twice runs once.
 
 On PostgreSQL the statement that stores deliveries notifies the relays (bot/intake.py),
-which LISTEN and wake at once;
-on SQLite they look every `POLL_S`. Either way they look again every `IDLE_CHECK_S`.
+which LISTEN and wake at once; on SQLite, where web and workers share one machine, the
+writer rings the relays' doorbell (bot/doorbell.py) once its rows are committed. Either way
+they look again every `IDLE_CHECK_S`, and every `POLL_S` where no doorbell can be had.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 from sqlalchemy import select, text, update
 
 from bot.db import Database
+from bot.doorbell import Doorbell
 from bot.models import Delivery, utcnow
 
 log = logging.getLogger(__name__)
@@ -35,6 +37,11 @@ IDLE_CHECK_S = 5.0
 BROKER_BACKOFF_S = 2.0
 
 Send = Callable[[int], None]
+
+
+def outbox_doorbell(db_url: str) -> Doorbell:
+    """The doorbell the writer rings for the relays of the SQLite database at db_url."""
+    return Doorbell.named("outbox", db_url)
 
 
 def claim_unsent(db: Database, limit: int = BATCH) -> list[int]:
@@ -87,6 +94,7 @@ class Relay:
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, name="gaffer-relay", daemon=True)
         self._listener: Any = None
+        self._bell = None if self._postgres else outbox_doorbell(str(db.engine.url))
 
     def start(self) -> Relay:
         self.thread.start()
@@ -99,10 +107,14 @@ class Relay:
                 with contextlib.suppress(Exception), self.db.engine.connect() as connection:
                     connection.execute(text(f"NOTIFY {CHANNEL}"))
                     connection.commit()
+            if self._bell is not None:
+                self._bell.ring_here()
             self.thread.join(timeout=10)
 
     def _run(self) -> None:
         failing = False
+        if self._bell is not None:
+            self._bell.wait(0)  # listen before the first look, so no ring is missed
         while not self.stopped.is_set():
             try:
                 if self._postgres:
@@ -121,14 +133,17 @@ class Relay:
                 failing = False
             self._wait_for_news()
         self._close_listener()
+        if self._bell is not None:
+            self._bell.close()
 
     @property
     def _postgres(self) -> bool:
         return self.db.engine.dialect.name == "postgresql"
 
     def _wait_for_news(self) -> None:
-        if not self._postgres:
-            self.stopped.wait(POLL_S)
+        if self._bell is not None:
+            if not self._bell.wait(IDLE_CHECK_S):
+                self.stopped.wait(POLL_S)
             return
         # One notification is enough: the next look finds every row stored since.
         for _ in self._listen().notifies(timeout=IDLE_CHECK_S, stop_after=1):
