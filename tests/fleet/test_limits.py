@@ -83,7 +83,9 @@ def test_one_plans_checks_run_beside_the_next_plans_agent(
     start_worker("github", concurrency=3)
     start_worker("agent", concurrency=2)
     flow = IssueFlow(app, client, github, origin, REPO, INSTALLATION_ID, WEBHOOK_SECRET)
-    flow.body = "Slow.\n\n```gaffer-script\n- sleep: 2\n- write: {path: done.txt, content: x}\n```\n"
+    flow.body = (
+        "Slow.\n\n```gaffer-script\n- sleep: 2\n- write: {path: done.txt, content: x}\n```\n"
+    )
     first, second = (dataclasses.replace(flow, number=n).open() for n in (1, 2))
     for issue in (first, second):
         issue.label()
