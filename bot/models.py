@@ -492,7 +492,18 @@ class ProviderHold(Base):
     job_id: Mapped[int | None] = mapped_column(Integer)  # the run that met the limit
     probe_job_id: Mapped[int | None] = mapped_column(Integer)
     probe_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    probe_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ProviderAnswer(Base):
+    """When a provider account last answered one of its runs: an account heard from lately
+    is warm, and its jobs start without waiting for a probe (tasks/stages/governor.py)."""
+
+    __tablename__ = "provider_answers"
+
+    account: Mapped[str] = mapped_column(String(120), primary_key=True)
+    answered_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 class Slot(Base):

@@ -418,11 +418,14 @@ def run_agent(
     memory_mb: int | None = None,
     sandbox: Sandbox | None = None,
     shown: Sequence[Path] = (),
+    on_answer: Callable[[], None] | None = None,
 ) -> AgentResult:
     """Run the agent for one stage in workdir and return its parsed, priced answer.
 
     With spend_limit_usd, the agent's live usage (stream formats) is priced as it arrives
-    and the agent is stopped once it has spent the limit. With memory_mb, the agent and
+    and the agent is stopped once it has spent the limit. on_answer is called once, while
+    the agent runs, when its output first shows the provider billing tokens (the provider
+    answered, so the account is not at its limit). With memory_mb, the agent and
     each process it starts may use that much memory. With a sandbox, the agent runs
     isolated: it sees workdir (read-only in planning stages), its home, its prompt file and
     `shown` (the repository's mirror), and reaches only its egress hosts.
@@ -462,7 +465,7 @@ def run_agent(
             f"{len(too_long[0].encode()) // 1024} KiB is past Linux's 128 KiB limit; pass the "
             "prompt as `{prompt_file}` or with `stdin: prompt` in the agent's definition"
         )
-    meter = SpendMeter(model, spend_limit_usd, prices)
+    meter = SpendMeter(model, spend_limit_usd, prices, on_answer)
     box = None
     if sandbox is not None:
         try:
@@ -525,17 +528,27 @@ def _command(
 
 class SpendMeter:
     """Watch an agent's output as it streams: price its live usage against an optional
-    limit, and notice a retry loop that waiting cannot end (verdict)."""
+    limit, notice a retry loop that waiting cannot end (verdict), and say once when the
+    provider first answers (on_answer)."""
 
     def __init__(
-        self, model: str | None, limit: Decimal | None, prices: Mapping[str, Any] | None
+        self,
+        model: str | None,
+        limit: Decimal | None,
+        prices: Mapping[str, Any] | None,
+        on_answer: Callable[[], None] | None = None,
     ) -> None:
         self._live = LiveUsage()
         self._model, self._limit, self._prices = model, limit, prices
         self._over = False
+        self._on_answer = on_answer
 
     def feed(self, line: str) -> None:
         self._live.feed(line)
+        if self._on_answer is not None and self.usage is not None and self.usage.total_tokens:
+            # Tokens are billed only for an answer: a refusal reports none.
+            told, self._on_answer = self._on_answer, None
+            told()
         if self._limit is not None and not self._over and self.usage is not None:
             spent = price(_named(self.usage, self._model), overrides=self._prices).cost_usd
             self._over = spent is not None and spent >= self._limit

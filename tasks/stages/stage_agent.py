@@ -8,6 +8,7 @@ from functools import partial
 from pathlib import Path
 
 from bot.models import Job, Plan
+from bot.queue import RUN_JOB
 from bot.repo_config import RepoConfig
 from tasks.agent_slots import SlotWaitStopped, agent_slot, agent_slots
 from tasks.agents.definitions import AgentResult, AgentSpec, load_agents, run_agent
@@ -21,7 +22,7 @@ from tasks.stages.costs import (
     spend_left,
     tomorrow,
 )
-from tasks.stages.governor import account_of, admit, answered, limit_met
+from tasks.stages.governor import account_of, admit, answered, let_go, limit_met
 from tasks.worktrees import git_dirs
 
 # Enough for any agent CLI; a runaway is stopped long before it starves the worker.
@@ -88,6 +89,7 @@ def run_stage_agent(
             # The provider is asked only now: a limit met while the job waited counts.
             if (wait := admit(wctx.db, account, job.id)) is not None:
                 raise Held(wait.until, f"{wait.reason}.", tell=wait.tell)
+            heard = partial(_heard, wctx, account)
             result = run_agent(
                 spec,
                 stage=stage,
@@ -104,6 +106,7 @@ def run_stage_agent(
                 memory_mb=spec.memory_limit_mb(wctx.setting("agent_memory_mb", AGENT_MEMORY_MB)),
                 sandbox=wctx.sandbox,
                 shown=git_dirs(workdir, wctx.settings.home),
+                on_answer=heard,  # the jobs waiting for this one's answer go at once
             )
     except SlotWaitStopped as stopped:
         raise Stopped(str(stopped)) from stopped
@@ -112,7 +115,9 @@ def run_stage_agent(
         raise OverBudget(_over_budget_message(plan, config))
     if result.quota is None:
         if result.run.returncode is not None:  # it ran, so the provider was reachable
-            answered(wctx.db, account)
+            heard()
+        else:
+            _send(wctx, let_go(wctx.db, account, job.id))
     else:
         until = quota_reset(result.quota.retry_after_s)
         limit_met(wctx.db, account, job.id, until, result.quota.reason)
@@ -122,6 +127,16 @@ def run_stage_agent(
             f"gaffer resumes the job at {until:%Y-%m-%d %H:%M} UTC.",
         )
     return result
+
+
+def _heard(wctx: WorkerContext, account: str) -> None:
+    """The provider answered: clear the account's hold and send the jobs that waited."""
+    _send(wctx, answered(wctx.db, account))
+
+
+def _send(wctx: WorkerContext, job_ids: list[int]) -> None:
+    for job_id in job_ids:
+        wctx.send_task(RUN_JOB, job_id=job_id)
 
 
 def agent_of(wctx: WorkerContext, plan: Plan, job: Job) -> AgentSpec:
