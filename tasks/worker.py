@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 from typing import Any
@@ -158,6 +159,9 @@ def main(argv: list[str] | None = None) -> None:
     drop_invisible("")
     # A fresh GAFFER_HOME: beat's schedule file, the mirrors and the jobs live under it.
     settings.home.mkdir(parents=True, exist_ok=True)
+    # Celery's command line takes BROKER_URL from the environment as its --broker, which
+    # would replace the broker (and transport) the settings chose: gaffer has read it.
+    os.environ.pop("BROKER_URL", None)
     celery = create_worker(settings)
     options = [
         "worker",

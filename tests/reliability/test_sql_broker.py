@@ -13,7 +13,9 @@ from kombu import Connection, Queue
 from kombu.message import Message
 from kombu.transport import sqlalchemy as kombu_sql
 
-from bot.sql_broker import TRANSPORT
+from bot.doorbell import Doorbell
+from bot.sql_broker import TRANSPORT, URL_PREFIX
+from tests.support import wait_for
 
 
 def test_a_queue_row_another_worker_made_meanwhile_is_used(
@@ -133,3 +135,23 @@ def _message(body: str) -> dict[str, object]:
             "body_encoding": "utf-8",
         },
     }
+
+
+@pytest.mark.parametrize("backend", ["embedded"], indirect=True)
+def test_a_worker_given_an_embedded_broker_url_uses_gaffers_transport(
+    settings, start_worker
+) -> None:
+    """Celery's command line reads BROKER_URL from the environment as its own --broker; a
+    `sqla+` URL taken that way would bring back kombu's transport (no doorbell, the queue
+    row race). The worker listens on the broker's doorbell only with gaffer's."""
+    worker = start_worker("agent")
+    bell = Doorbell.named("broker", settings.broker_url.removeprefix(URL_PREFIX))
+    wait_for(
+        lambda: any(name.startswith(f"{worker.process.pid}-") for name in _listening(bell)),
+        timeout=30,
+        what="the worker to wait on the broker's doorbell",
+    )
+
+
+def _listening(bell: Doorbell) -> list[str]:
+    return [path.name for path in bell.folder.iterdir()] if bell.folder.is_dir() else []
