@@ -57,14 +57,20 @@ class Context:
     delivery: int = 0
     facts: Facts = field(default_factory=Facts)
     effects: list[Callable[[], object]] = field(default_factory=list)
+    sends: list[Callable[[], object]] = field(default_factory=list)
 
     def after_commit(self, effect: Callable[[], object]) -> None:
-        """Run effect once the transaction has committed (GitHub calls, enqueues)."""
+        """Run effect once the transaction has committed (GitHub calls)."""
         self.effects.append(effect)
 
     def enqueue(self, name: str, **kwargs: Any) -> None:
-        """Enqueue a task by name after commit."""
-        self.after_commit(lambda: self.send_task(name, **kwargs))
+        """Enqueue a task by name after commit, before the GitHub calls: the work starts
+        while the thread is told."""
+        self.sends.append(lambda: self.send_task(name, **kwargs))
+
+    def committed(self) -> list[Callable[[], object]]:
+        """What to run once the transaction has committed, in order."""
+        return [*self.sends, *self.effects]
 
     def publish_status(self, installation_id: int, full_name: str, plan_id: int) -> None:
         """Refresh the plan's status comment and label after commit."""

@@ -72,7 +72,7 @@ def _handle(wctx: WorkerContext, delivery_id: int, looked_up: frozenset[str]) ->
             facts=facts,
         )
         dispatch(ctx, row.event, payload)
-    for effect in ctx.effects:
+    for effect in ctx.committed():
         effect()
     log.info("delivery %s (%s %s) handled", delivery_id, event, payload.get("action") or "")
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,8 @@ from tasks.worktrees import (
     worktree_git,
 )
 
+log = logging.getLogger(__name__)
+
 
 class StopWork(Exception):
     """The job cannot go on; the message is what the issue is told."""
@@ -55,12 +59,13 @@ def run_execution(wctx: WorkerContext, job: Job) -> None:
     if plan is None:
         return
     client = wctx.client(plan.installation_id, plan.repository.full_name)
-    publish_status(wctx.db, client, plan.id)
+    # The issue is told the plan is executing while its worktree is readied.
+    telling = beside(publish_status, wctx.db, client, plan.id)
     shown = False
     try:
         config = fetch_repo_config(client, wctx.setting("defaults", None))
         with leased_worktree(wctx, plan, plan.base_sha or "") as worktree:
-            _work_and_verify(_prepare(wctx, job, plan, client, config, worktree))
+            _work_and_verify(_prepare(wctx, job, plan, client, config, worktree), telling)
         finish(wctx.db, job.id, wctx.worker_id, JobState.DONE)
         shown = True  # by the plan's last move, which published what there is to show
     except Held as held:
@@ -72,8 +77,24 @@ def run_execution(wctx: WorkerContext, job: Job) -> None:
     except Exception as error:  # noqa: BLE001 - any fault fails the job by policy, said on the issue
         _fail(wctx, job, plan.id, f"{type(error).__name__}: {error}")
     finally:
+        telling.join()
         if not shown:
             publish_status(wctx.db, client, plan.id)
+
+
+def beside(fn: Callable[..., object], *args: Any) -> threading.Thread:
+    """Run fn(*args) on a thread of its own, its failure logged: GitHub is told while the
+    job goes on."""
+
+    def run() -> None:
+        try:
+            fn(*args)
+        except Exception:  # noqa: BLE001 - the job's next move tells the issue again
+            log.warning("%s failed beside the job", getattr(fn, "__name__", fn), exc_info=True)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
 
 
 def run_recheck(wctx: WorkerContext, job: Job) -> None:
@@ -203,7 +224,7 @@ def _approved(wctx: WorkerContext, plan: Plan) -> tuple[Snapshot, str, list[Offe
         return revision_snapshot(session, plan, revision.number), revision.body, lessons
 
 
-def _work_and_verify(space: Workspace) -> None:
+def _work_and_verify(space: Workspace, telling: threading.Thread) -> None:
     stage = Stage.REWORK if space.job.stage == Stage.REWORK else Stage.EXECUTE
     names = ["rework", "execute"] if stage == Stage.REWORK else ["execute"]
     prompt = execute_prompt(
@@ -211,6 +232,7 @@ def _work_and_verify(space: Workspace) -> None:
     )
     agent_run(space, stage, prompt)
     head = commit_and_push(space)
+    telling.join()  # the issue's "executing" lands before what follows it
     while True:
         _moved(space, Event.WORK_DONE, head_sha=head)
         verdict = verify(space, head)
