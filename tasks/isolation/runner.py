@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
@@ -182,8 +182,11 @@ def _signal_group(pgid: int, sig: int) -> None:
 def _read_available(fd: int, capture: _OutputCapture, wait_s: float) -> bool:
     """Read what the pipe has within wait_s; return False at end of file."""
     ready, _, _ = select.select([fd], [], [], wait_s)
-    if not ready:
-        return True
+    return _read_chunk(fd, capture) if ready else True
+
+
+def _read_chunk(fd: int, capture: _OutputCapture) -> bool:
+    """Read what a ready pipe holds; return False at end of file."""
     chunk = os.read(fd, CHUNK_BYTES)
     if chunk:
         capture.feed(chunk)
@@ -230,16 +233,33 @@ def _supervise(
     assert proc.stdout is not None
     fd = proc.stdout.fileno()
     open_pipe = True
-    while not _exited(proc.pid):
-        if open_pipe:
-            open_pipe = _read_available(fd, capture, POLL_S)
-        else:
-            time.sleep(POLL_S)
-        reason = limits.reason(capture)
-        if reason is not None:
-            _terminate(proc.pid)
-            return reason
+    with _exit_watch(proc.pid) as exit_fd:
+        while not _exited(proc.pid):
+            # Woken by output, by the leader's exit, or at the next look at the limits.
+            watched = [fd] if open_pipe else []
+            ready, _, _ = select.select(watched + exit_fd, [], [], POLL_S)
+            if fd in ready:
+                open_pipe = _read_chunk(fd, capture)
+            reason = limits.reason(capture)
+            if reason is not None:
+                _terminate(proc.pid)
+                return reason
     return None
+
+
+@contextlib.contextmanager
+def _exit_watch(pid: int) -> Iterator[list[int]]:
+    """A descriptor that becomes readable when the process exits (Linux's pidfd), so its
+    end is seen at once even after its output closed; none where the kernel has no pidfd."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        yield []
+        return
+    try:
+        yield [pidfd]
+    finally:
+        os.close(pidfd)
 
 
 def _drain(proc: subprocess.Popen[bytes], capture: _OutputCapture) -> None:
