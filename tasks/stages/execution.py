@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import logging
 import re
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,7 @@ from tasks.stages.guidance import Guidance, for_execution, record_inputs
 from tasks.stages.prompts import execute_prompt, fix_prompt
 from tasks.stages.stage_agent import Held, Stopped, agent_of, run_stage_agent
 from tasks.stages.verification import verify
-from tasks.stages.workspace import Workspace
+from tasks.stages.workspace import Teller, Workspace
 from tasks.worktrees import (
     WorktreePool,
     create_branch,
@@ -39,8 +37,6 @@ from tasks.worktrees import (
     resolve_ref,
     worktree_git,
 )
-
-log = logging.getLogger(__name__)
 
 
 class StopWork(Exception):
@@ -59,13 +55,15 @@ def run_execution(wctx: WorkerContext, job: Job) -> None:
     if plan is None:
         return
     client = wctx.client(plan.installation_id, plan.repository.full_name)
-    # The issue is told the plan is executing while its worktree is readied.
-    telling = beside(publish_status, wctx.db, client, plan.id)
+    teller = Teller(wctx.db, client, plan.id)
+    teller.show(beside_job=True)  # "executing", while the worktree is readied
     shown = False
     try:
         config = fetch_repo_config(client, wctx.setting("defaults", None))
         with leased_worktree(wctx, plan, plan.base_sha or "") as worktree:
-            _work_and_verify(_prepare(wctx, job, plan, client, config, worktree), telling)
+            space = _prepare(wctx, job, plan, client, config, worktree)
+            space.teller = teller
+            _work_and_verify(space)
         finish(wctx.db, job.id, wctx.worker_id, JobState.DONE)
         shown = True  # by the plan's last move, which published what there is to show
     except Held as held:
@@ -77,24 +75,9 @@ def run_execution(wctx: WorkerContext, job: Job) -> None:
     except Exception as error:  # noqa: BLE001 - any fault fails the job by policy, said on the issue
         _fail(wctx, job, plan.id, f"{type(error).__name__}: {error}")
     finally:
-        telling.join()
+        teller.wait()
         if not shown:
             publish_status(wctx.db, client, plan.id)
-
-
-def beside(fn: Callable[..., object], *args: Any) -> threading.Thread:
-    """Run fn(*args) on a thread of its own, its failure logged: GitHub is told while the
-    job goes on."""
-
-    def run() -> None:
-        try:
-            fn(*args)
-        except Exception:  # noqa: BLE001 - the job's next move tells the issue again
-            log.warning("%s failed beside the job", getattr(fn, "__name__", fn), exc_info=True)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
 
 
 def run_recheck(wctx: WorkerContext, job: Job) -> None:
@@ -224,7 +207,7 @@ def _approved(wctx: WorkerContext, plan: Plan) -> tuple[Snapshot, str, list[Offe
         return revision_snapshot(session, plan, revision.number), revision.body, lessons
 
 
-def _work_and_verify(space: Workspace, telling: threading.Thread) -> None:
+def _work_and_verify(space: Workspace) -> None:
     stage = Stage.REWORK if space.job.stage == Stage.REWORK else Stage.EXECUTE
     names = ["rework", "execute"] if stage == Stage.REWORK else ["execute"]
     prompt = execute_prompt(
@@ -232,9 +215,9 @@ def _work_and_verify(space: Workspace, telling: threading.Thread) -> None:
     )
     agent_run(space, stage, prompt)
     head = commit_and_push(space)
-    telling.join()  # the issue's "executing" lands before what follows it
     while True:
-        _moved(space, Event.WORK_DONE, head_sha=head)
+        # "Verifying" is shown beside the checks; the verdict waits for it to land.
+        _moved(space, Event.WORK_DONE, beside_job=True, head_sha=head)
         verdict = verify(space, head)
         if verdict.green:
             _moved(space, Event.CHECKS_PASSED)
@@ -242,7 +225,9 @@ def _work_and_verify(space: Workspace, telling: threading.Thread) -> None:
         if space.plan.fix_rounds >= space.config.max_retries:
             _moved(space, Event.CHECKS_FAILED_FINAL, last_error=verdict.failure_summary)
             return
-        _moved(space, Event.CHECKS_FAILED_RETRY, fix_rounds=space.plan.fix_rounds + 1)
+        _moved(
+            space, Event.CHECKS_FAILED_RETRY, beside_job=True, fix_rounds=space.plan.fix_rounds + 1
+        )
         guidance = stage_guidance(space, ["fix"])
         agent_run(
             space, Stage.FIX, fix_prompt(guidance, space.issue, space.plan_text, verdict.failures)
@@ -309,13 +294,14 @@ def commit_and_push(space: Workspace) -> str:
     return push_branch(space.mirror, branch, plan.clone_url, token, set(), space.default_branch)
 
 
-def _moved(space: Workspace, event: Event, **changes: Any) -> None:
+def _moved(space: Workspace, event: Event, *, beside_job: bool = False, **changes: Any) -> None:
     with space.wctx.db.session() as session:
         plan = session.get_one(Plan, space.plan.id, populate_existing=True)
         if not advance(session, plan, event, actor="gaffer", **changes):
             raise StopWork(f"the plan is {plan.state.value}; stopping")
         space.plan = plan
-    publish_status(space.wctx.db, space.client, space.plan.id)
+    teller = space.teller or Teller(space.wctx.db, space.client, space.plan.id)
+    teller.show(beside_job=beside_job)
 
 
 def _save(wctx: WorkerContext, plan_id: int, **values: Any) -> None:

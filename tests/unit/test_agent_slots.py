@@ -93,10 +93,12 @@ def test_a_stopped_job_gives_up_its_wait(tmp_path: Path, monkeypatch) -> None:
         looks.append(1)
         return len(looks) > 2
 
-    with agent_slot(tmp_path, 1, lambda: False):
-        with pytest.raises(SlotWaitStopped, match="stopped while it waited"):
-            with agent_slot(tmp_path, 1, stopped):
-                pytest.fail("a second slot was handed out of one")
+    with (
+        agent_slot(tmp_path, 1, lambda: False),
+        pytest.raises(SlotWaitStopped, match="stopped while it waited"),
+        agent_slot(tmp_path, 1, stopped),
+    ):
+        pytest.fail("a second slot was handed out of one")
     with agent_slot(tmp_path, 1, lambda: False) as number:  # the first was given back
         assert number == 0
 
