@@ -36,7 +36,6 @@ WAIT_FOR_PROBE = timedelta(seconds=5)
 PROBE_TRUST = timedelta(seconds=20)
 PROBE_GRACE = timedelta(minutes=15)
 KEY_SUFFIXES = ("_API_KEY", "_KEY", "_TOKEN")
-# What a job waiting for its account's probe records in `jobs.waiting_on`, before the account.
 WAITING_FOR_PROBE = "probe:"
 COLD = "no answer heard from the provider lately"
 
@@ -60,21 +59,21 @@ def account_of(spec: AgentSpec, env: Mapping[str, str]) -> str:
 
 
 def probe_key(account: str) -> str:
+    """What a job waiting for the account's probe records in `jobs.waiting_on`."""
     return f"{WAITING_FOR_PROBE}{account}"
 
 
 def admit(db: Database, account: str, job_id: int) -> Wait | None:
     """None when the job may run its agent now; otherwise how long it waits, and why. A job
     waiting for the probe is marked so that the probe's answer wakes it."""
+    key = probe_key(account)
     with db.session() as session:
         wait = _wait(session, account, job_id, utcnow())
-        mine = update(Job).where(Job.id == job_id).execution_options(synchronize_session=False)
-        if wait is not None and not wait.tell:
-            session.execute(mine.values(waiting_on=probe_key(account)))
-        else:
-            session.execute(
-                mine.where(Job.waiting_on == probe_key(account)).values(waiting_on=None)
-            )
+        waiting = wait is not None and not wait.tell
+        # Read first: most jobs are not marked and stay so, and need not write.
+        if (session.scalar(select(Job.waiting_on).where(Job.id == job_id)) == key) != waiting:
+            marked = update(Job).where(Job.id == job_id).values(waiting_on=key if waiting else None)
+            session.execute(marked.execution_options(synchronize_session=False))
     return wait
 
 
