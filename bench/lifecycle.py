@@ -1,14 +1,15 @@
 """Lifecycle costs, each printed as a ratio measured in this run.
 
     .venv/bin/python bench/lifecycle.py [--plans 6] [--slots 2] [--agent-seconds 5] [--files 10000]
-                                        [--parts abcd] [--runs 1]
+                                        [--parts abcd] [--runs 1] [--services]
 
 (a) gaffer's own overhead from `/approve` to `in_review`, with an agent and a check that
     do nothing (goal: under 1 s);
 (b) N plans on K agent slots, from their `/approve` to every issue labelled `in_review`,
     against the ideal ceil(N/K) × agent time (goal: within 10 %), run --runs times, each
-    with a gaffer of its own; with the GitHub requests a plan costs from `/approve` to
-    its job's end, by endpoint;
+    with a gaffer of its own (on its embedded default, or with --services on PostgreSQL and
+    Redis, as bench/intake.py finds them); with the GitHub requests a plan costs from
+    `/approve` to its job's end, by endpoint;
 (c) a plan's worktree ready from the warm pool, against a fresh `git worktree add` and a
     full clone, on a generated repository of about 10,000 files (goal: under 0.2 s and at
     least 20× faster than a fresh checkout);
@@ -33,8 +34,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import redis
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.intake import REDIS, drop_database, fresh_database  # noqa: E402
 from bot.github import LABEL_PREFIX  # noqa: E402
 from bot.models import Job, JobState, PlanState  # noqa: E402
 from double.app import GitHubState, RecordedRequest  # noqa: E402
@@ -98,6 +102,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--files", type=int, default=10_000)
     parser.add_argument("--parts", default="abcd", help="which of (a) to (d) to run, e.g. b")
     parser.add_argument("--runs", type=int, default=1, help="how many times to run (b)")
+    parser.add_argument("--services", action="store_true", help="(b) on PostgreSQL and Redis")
     return parser.parse_args()
 
 
@@ -162,8 +167,19 @@ def _slot_runs(home: Path, args: argparse.Namespace) -> None:
 
 def _slots(home: Path, args: argparse.Namespace) -> SlotRun:
     home.mkdir(parents=True)
+    if not args.services:
+        return _slots_on(home, args, None)
+    database = fresh_database()
+    redis.Redis.from_url(REDIS).flushdb()
+    try:
+        return _slots_on(home, args, {"DATABASE_URL": database, "BROKER_URL": REDIS})
+    finally:
+        drop_database(database)
+
+
+def _slots_on(home: Path, args: argparse.Namespace, services: dict[str, str] | None) -> SlotRun:
     files = {".github/gaffer.yml": NOOP_CHECK, "README.md": "x\n"}
-    with local_gaffer(home, files, agent_slots=args.slots) as gaffer:
+    with local_gaffer(home, files, agent_slots=args.slots, services=services) as gaffer:
         flows = [
             gaffer.issue(n, f"Plan {n}", _script(args.agent_seconds))
             for n in range(1, args.plans + 1)

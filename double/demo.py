@@ -84,8 +84,10 @@ def local_gaffer(
     files: dict[str, str],
     agent_slots: int = 2,
     server: Mapping[str, Any] | None = None,
+    services: Mapping[str, str] | None = None,
 ) -> Iterator[LocalGaffer]:
-    """Run gaffer locally under home, against an origin holding files (and server settings)."""
+    """Run gaffer locally under home, against an origin holding files (and server settings),
+    on its embedded default or on the DATABASE_URL and BROKER_URL services name."""
     with ExitStack() as stack:
         origin = make_origin(home, files)
         double, github = create_github_double(app_id=APP_ID, validate=_spec_installed())
@@ -93,7 +95,8 @@ def local_gaffer(
         github.permissions[(REPO, "maintainer")] = "admin"
         api_url = stack.enter_context(serve_on_loopback(double))
         github.web_url = api_url  # links on the thread point at the double, not at github.com
-        settings = _settings(home, api_url, {"agent_slots": agent_slots, **(server or {})})
+        server = {"agent_slots": agent_slots, **(server or {})}
+        settings = _settings(home, api_url, server, services or {})
         upgrade(settings.database_url)
         stack.enter_context(_workers(settings, home))
         app = create_app(settings)
@@ -201,7 +204,9 @@ def _say(who: str, text: str) -> None:
     print(textwrap.indent(text.strip(), "  "), flush=True)
 
 
-def _settings(home: Path, api_url: str, server: Mapping[str, Any]) -> Settings:
+def _settings(
+    home: Path, api_url: str, server: Mapping[str, Any], services: Mapping[str, str]
+) -> Settings:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
@@ -218,7 +223,7 @@ def _settings(home: Path, api_url: str, server: Mapping[str, Any]) -> Settings:
         "GITHUB_API_URL": api_url,
         "GAFFER_CONFIG": str(config),
     }
-    return Settings.from_env(env)
+    return Settings.from_env({**env, **services})
 
 
 @contextmanager
@@ -235,6 +240,7 @@ def _workers(settings: Settings, home: Path) -> Iterator[None]:
     }
     env.pop("DATABASE_URL", None)
     env.pop("BROKER_URL", None)
+    env.update(_services(settings))
     children = []
     for queues in ("github", "agent"):
         log = (home / f"worker-{queues}.log").open("wb")
@@ -267,6 +273,13 @@ def _workers(settings: Settings, home: Path) -> Iterator[None]:
             child.terminate()
         for child in children:
             child.wait(timeout=30)
+
+
+def _services(settings: Settings) -> dict[str, str]:
+    """The servers the workers use, unless gaffer runs on its embedded default."""
+    if settings.embedded:
+        return {}
+    return {"DATABASE_URL": settings.database_url, "BROKER_URL": settings.broker_url}
 
 
 def _says_ready(log_path: Path) -> bool:
