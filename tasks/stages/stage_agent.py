@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from datetime import datetime
 from functools import partial
@@ -24,6 +25,8 @@ from tasks.stages.costs import (
 )
 from tasks.stages.governor import account_of, admit, answered, let_go, limit_met
 from tasks.worktrees import git_dirs
+
+log = logging.getLogger(__name__)
 
 # Enough for any agent CLI; a runaway is stopped long before it starves the worker.
 AGENT_MEMORY_MB = 4096
@@ -130,8 +133,13 @@ def run_stage_agent(
 
 
 def _heard(wctx: WorkerContext, account: str) -> None:
-    """The provider answered: clear the account's hold and send the jobs that waited."""
-    _send(wctx, answered(wctx.db, account))
+    """The provider answered: clear the account's hold and send the jobs that waited. Called
+    while the agent runs, so a fault here is logged, never let through to stop the run: the
+    waiters look again on their own."""
+    try:
+        _send(wctx, answered(wctx.db, account))
+    except Exception:  # noqa: BLE001 - see above
+        log.warning("the answer on account %s was not recorded", account, exc_info=True)
 
 
 def _send(wctx: WorkerContext, job_ids: list[int]) -> None:
