@@ -275,7 +275,9 @@ class Job(Base):
     parked_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # Seconds the job was set to wait on quotas and budgets, summed over its parkings.
     parked_s: Mapped[float] = mapped_column(Float, default=0.0, server_default=text("0"))
-    # The concurrency limit the job waits for a slot under (tasks/slots.py), while it does.
+    # What the job waits for, while it does: a limit's scope (tasks/slots.py), an earlier
+    # plan (`plan:`, bot/plans.py), or its provider account's probe (`probe:`,
+    # tasks/stages/governor.py).
     waiting_on: Mapped[str | None] = mapped_column(String(250))
     error: Mapped[str | None] = mapped_column(Text)
     log_path: Mapped[str | None] = mapped_column(Text)
