@@ -12,6 +12,7 @@ import hashlib
 import os
 import select
 import socket
+import stat
 import tempfile
 from pathlib import Path
 
@@ -33,20 +34,23 @@ class Doorbell:
         return cls(Path(tempfile.gettempdir()) / f"gaffer-{kind}-{digest}")
 
     def ring(self) -> None:
-        """Wake every process waiting on this doorbell here."""
-        try:
+        """Wake every process waiting on this doorbell here. Never raises: a ring is a hint."""
+        with contextlib.suppress(OSError):
+            if not _ours(self.folder):
+                return  # none, or not a folder of this user's own: nobody of ours listens
             names = os.listdir(self.folder)
-        except OSError:
-            return
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
-            sender.setblocking(False)
-            for name in names:
-                _send(sender, self.folder / name)
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
+                sender.setblocking(False)
+                for name in names:
+                    _send(sender, self.folder / name)
 
     def ring_here(self) -> None:
         """Wake the one waiting on this doorbell's own socket."""
         if self._path is not None:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
+            with (
+                contextlib.suppress(OSError),
+                socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender,
+            ):
                 sender.setblocking(False)
                 _send(sender, self._path)
 
@@ -78,7 +82,7 @@ class Doorbell:
         if self._socket is None:
             try:
                 self.folder.mkdir(mode=0o700, exist_ok=True)
-                if self.folder.stat().st_uid != os.getuid():
+                if not _ours(self.folder):
                     return None  # another user's folder: rings from it are not to be trusted
                 path = self.folder / f"{os.getpid()}-{id(self)}"
                 listening = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -90,12 +94,24 @@ class Doorbell:
         return self._socket
 
 
+def _ours(folder: Path) -> bool:
+    """A real folder (not a link to one) of this user's, closed to everyone else."""
+    found = folder.lstat()
+    return (
+        stat.S_ISDIR(found.st_mode)
+        and found.st_uid == os.getuid()
+        and not found.st_mode & (stat.S_IRWXG | stat.S_IRWXO)
+    )
+
+
 def _send(sender: socket.socket, path: Path) -> None:
     try:
         sender.sendto(b"!", str(path))
     except BlockingIOError:
         pass  # its queue of rings is full: it wakes anyway
     except (ConnectionRefusedError, FileNotFoundError):
-        path.unlink(missing_ok=True)  # the worker that listened there is gone
+        with contextlib.suppress(OSError):  # the waiter that listened there is gone
+            if stat.S_ISSOCK(path.lstat().st_mode):
+                path.unlink()
     except OSError:
-        pass  # a ring is a hint; the worker looks again on its own
+        pass  # a ring is a hint; the waiter looks again on its own

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +29,7 @@ DEFAULT_AGENT_SLOTS = 2
 # The agent worker's jobs at once, per agent slot, unless its --concurrency says otherwise.
 JOBS_PER_SLOT = 2
 LOOK_AGAIN_S = 1.0
+BELL_LESS_LOOK_S = 0.1
 
 
 class SlotWaitStopped(Exception):
@@ -57,7 +59,8 @@ def agent_slot(home: Path, count: int, should_stop: Callable[[], bool]) -> Itera
         while (held := _take_any(folder, count)) is None:
             if should_stop():
                 raise SlotWaitStopped("the job was stopped while it waited for an agent slot")
-            bell.wait(LOOK_AGAIN_S)
+            if not bell.wait(LOOK_AGAIN_S):
+                time.sleep(BELL_LESS_LOOK_S)  # no doorbell here: look often instead
     finally:
         bell.close()
     number, fd = held

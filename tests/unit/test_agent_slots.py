@@ -125,3 +125,25 @@ def test_agent_slots_must_be_a_whole_number(value: object) -> None:
 def test_two_agent_slots_unless_told() -> None:
     assert agent_slots(None) == 2
     assert agent_slots(5) == 5
+
+
+def test_a_waiter_without_a_doorbell_looks_now_and_then_rather_than_spinning(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # Something not of ours where the doorbell's folder goes: the waiter cannot listen.
+    monkeypatch.setattr(slots_module.Doorbell, "_listen", lambda self: None)
+    looks = []
+    taken = threading.Event()
+
+    def hold_briefly() -> None:
+        with agent_slot(tmp_path, 1, lambda: False):
+            taken.set()
+            time.sleep(0.5)
+
+    holder = threading.Thread(target=hold_briefly)
+    holder.start()
+    assert taken.wait(30)
+    with agent_slot(tmp_path, 1, lambda: looks.append(1) or False) as number:
+        assert number == 0
+    holder.join(30)
+    assert len(looks) <= 20, f"{len(looks)} looks while one slot was held for half a second"
