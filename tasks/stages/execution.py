@@ -55,7 +55,8 @@ def run_execution(wctx: WorkerContext, job: Job) -> None:
     if plan is None:
         return
     client = wctx.client(plan.installation_id, plan.repository.full_name)
-    teller = Teller(wctx.db, client, plan.id)
+    # Its own client: a GitHub client is not to be shared between threads.
+    teller = Teller(wctx.db, wctx.client(plan.installation_id, plan.repository.full_name), plan.id)
     teller.show(beside_job=True)  # "executing", while the worktree is readied
     shown = False
     try:
@@ -300,8 +301,10 @@ def _moved(space: Workspace, event: Event, *, beside_job: bool = False, **change
         if not advance(session, plan, event, actor="gaffer", **changes):
             raise StopWork(f"the plan is {plan.state.value}; stopping")
         space.plan = plan
-    teller = space.teller or Teller(space.wctx.db, space.client, space.plan.id)
-    teller.show(beside_job=beside_job)
+    if space.teller is None:  # a job that keeps no teller shows its moves as they happen
+        publish_status(space.wctx.db, space.client, space.plan.id)
+    else:
+        space.teller.show(beside_job=beside_job)
 
 
 def _save(wctx: WorkerContext, plan_id: int, **values: Any) -> None:
