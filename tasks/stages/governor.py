@@ -151,10 +151,12 @@ def limit_met(db: Database, account: str, job_id: int, until: datetime, reason: 
     """Hold the account until the provider's reset (the latest heard, when runs disagree)."""
     now = utcnow()
     with db.session() as session:
-        insert_missing(
-            session, ProviderHold, account=account, until=until, reason=reason, updated_at=now
-        )
-        hold = session.get_one(ProviderHold, account, with_for_update=True)
+        hold = None
+        while hold is None:  # an answer elsewhere may delete the row between the two
+            insert_missing(
+                session, ProviderHold, account=account, until=until, reason=reason, updated_at=now
+            )
+            hold = session.get(ProviderHold, account, with_for_update=True)
         if hold.job_id is None or aware(hold.until) <= until:
             hold.until, hold.reason, hold.job_id = until, reason[:500], job_id
         hold.probe_job_id, hold.probe_until, hold.probe_since = None, None, None
@@ -195,6 +197,8 @@ def _due_now(session: Session, account: str, now: datetime) -> list[int]:
         Job.state == JobState.QUEUED,
         Job.waiting_on == probe_key(account),
         Job.parked_until > now,
+        # A job parked for longer (its daily budget, say) waits for that, not for the probe.
+        Job.parked_until <= now + WAIT_FOR_PROBE,
     )
     parked = session.execute(select(Job.id, Job.parked_until).where(*waiting)).all()
     woken = []

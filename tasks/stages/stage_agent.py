@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from datetime import datetime
+from decimal import Decimal
 from functools import partial
 from pathlib import Path
 
@@ -72,16 +73,6 @@ def run_stage_agent(
     job_dir: Path,
 ) -> AgentResult:
     """Run the plan's agent for stage, enforcing budgets and parking on quota limits."""
-    if daily_budget_reached(wctx, plan, config):
-        raise Held(
-            tomorrow(),
-            f"the repository has spent its daily budget of "
-            f"${config.budget.daily_usd}; the job starts again tomorrow "
-            "(UTC) or when `budget.daily_usd` is raised.",
-        )
-    left = spend_left(wctx, plan, config, job)
-    if left is not None and left <= 0:
-        raise OverBudget(_over_budget_message(plan, config))
     spec = agent_of(wctx, plan, job)
     account = account_of(spec, os.environ)
     should_stop = partial(is_cancelled, wctx.db, job.id)
@@ -89,9 +80,8 @@ def run_stage_agent(
     try:
         # The machine's slot covers the agent's run alone (tasks/agent_slots.py).
         with agent_slot(wctx.settings.home, slots, should_stop):
-            # The provider is asked only now: a limit met while the job waited counts.
-            if (wait := admit(wctx.db, account, job.id)) is not None:
-                raise Held(wait.until, f"{wait.reason}.", tell=wait.tell)
+            # Asked only now: what was spent, or a limit met, while the job waited counts.
+            left = _may_start(wctx, job, plan, config, account)
             heard = partial(_heard, wctx, account)
             result = run_agent(
                 spec,
@@ -117,9 +107,9 @@ def run_stage_agent(
     if result.over_budget:
         raise OverBudget(_over_budget_message(plan, config))
     if result.quota is None:
-        if result.run.returncode is not None:  # it ran, so the provider was reachable
-            heard()
-        else:
+        if result.ok or (result.usage is not None and result.usage.total_tokens):
+            heard()  # the provider answered
+        else:  # not started, stopped or failed before any answer: another job may probe
             _send(wctx, let_go(wctx.db, account, job.id))
     else:
         until = quota_reset(result.quota.retry_after_s)
@@ -130,6 +120,26 @@ def run_stage_agent(
             f"gaffer resumes the job at {until:%Y-%m-%d %H:%M} UTC.",
         )
     return result
+
+
+def _may_start(
+    wctx: WorkerContext, job: Job, plan: Plan, config: RepoConfig, account: str
+) -> Decimal | None:
+    """What the plan may still spend, once its budgets and its provider account allow the
+    agent to start; else Held or OverBudget."""
+    if daily_budget_reached(wctx, plan, config):
+        raise Held(
+            tomorrow(),
+            f"the repository has spent its daily budget of "
+            f"${config.budget.daily_usd}; the job starts again tomorrow "
+            "(UTC) or when `budget.daily_usd` is raised.",
+        )
+    left = spend_left(wctx, plan, config, job)
+    if left is not None and left <= 0:
+        raise OverBudget(_over_budget_message(plan, config))
+    if (wait := admit(wctx.db, account, job.id)) is not None:
+        raise Held(wait.until, f"{wait.reason}.", tell=wait.tell)
+    return left
 
 
 def _heard(wctx: WorkerContext, account: str) -> None:
