@@ -77,7 +77,7 @@ def test_one_plans_checks_run_beside_the_next_plans_agent(
     server_config.write_text(server_config.read_text() + "agent_slots: 1\n")
     commit_to_origin(
         origin,
-        {".github/gaffer.yml": "checks:\n  - name: slow\n    run: sleep 4\n    timeout: 60\n"},
+        {".github/gaffer.yml": "checks:\n  - name: slow\n    run: sleep 6\n    timeout: 60\n"},
         "a slow check",
     )
     start_worker("github", concurrency=3)
