@@ -104,8 +104,9 @@ def test_a_plan_whose_scope_meets_an_executing_plan_waits_for_it_and_says_so(
     runs = executions(app)
     assert runs[2][0] >= runs[1][1], "the second plan executed while the first did"
     assert "Waiting" not in second.status()  # said no more once it ran
-    # The plan whose scope meets no other's was never held.
-    assert not said(github, 3, "Waiting")
+    # The plan whose scope meets no other's was never held for one (a cold provider
+    # account's first run may hold its planning back a moment: tasks/stages/governor.py).
+    assert not said(github, 3, "waits for #")
 
 
 def test_approve_parallel_lets_overlapping_plans_execute_together(
@@ -132,4 +133,4 @@ def test_approve_parallel_lets_overlapping_plans_execute_together(
         assert issue.wait_state(PlanState.IN_REVIEW, PlanState.FAILED).state == (
             PlanState.IN_REVIEW
         )
-    assert not said(github, 2, "Waiting")
+    assert not said(github, 2, "waits for #")
