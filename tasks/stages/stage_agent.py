@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from datetime import datetime
 from decimal import Decimal
 from functools import partial
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 
 # Enough for any agent CLI; a runaway is stopped long before it starves the worker.
 AGENT_MEMORY_MB = 4096
+# A job that waited longer than this for its agent slot asks its budgets again.
+BUDGETS_STALE_S = 1.0
 
 
 class Held(Exception):
@@ -77,11 +80,16 @@ def run_stage_agent(
     account = account_of(spec, os.environ)
     should_stop = partial(is_cancelled, wctx.db, job.id)
     slots = agent_slots(wctx.setting("agent_slots", None))
+    left = _budget_left(wctx, job, plan, config)  # before the wait: a spent plan need not wait
+    asked = time.monotonic()
     try:
         # The machine's slot covers the agent's run alone (tasks/agent_slots.py).
         with agent_slot(wctx.settings.home, slots, should_stop):
-            # Asked only now: what was spent, or a limit met, while the job waited counts.
-            left = _may_start(wctx, job, plan, config, account)
+            if time.monotonic() - asked > BUDGETS_STALE_S:  # others spent while it waited
+                left = _budget_left(wctx, job, plan, config)
+            # The account is asked only now: a limit met while the job waited counts.
+            if (wait := admit(wctx.db, account, job.id)) is not None:
+                raise Held(wait.until, f"{wait.reason}.", tell=wait.tell)
             heard = partial(_heard, wctx, account)
             result = run_agent(
                 spec,
@@ -122,11 +130,9 @@ def run_stage_agent(
     return result
 
 
-def _may_start(
-    wctx: WorkerContext, job: Job, plan: Plan, config: RepoConfig, account: str
-) -> Decimal | None:
-    """What the plan may still spend, once its budgets and its provider account allow the
-    agent to start; else Held or OverBudget."""
+def _budget_left(wctx: WorkerContext, job: Job, plan: Plan, config: RepoConfig) -> Decimal | None:
+    """What the plan may still spend (None: no limit); Held or OverBudget when its budgets
+    are spent."""
     if daily_budget_reached(wctx, plan, config):
         raise Held(
             tomorrow(),
@@ -137,8 +143,6 @@ def _may_start(
     left = spend_left(wctx, plan, config, job)
     if left is not None and left <= 0:
         raise OverBudget(_over_budget_message(plan, config))
-    if (wait := admit(wctx.db, account, job.id)) is not None:
-        raise Held(wait.until, f"{wait.reason}.", tell=wait.tell)
     return left
 
 
