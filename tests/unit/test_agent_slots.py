@@ -34,6 +34,21 @@ def _holder(home: Path, seconds: float, record: Path, count: int) -> subprocess.
     return subprocess.Popen(argv, cwd=Path(__file__).resolve().parents[2])
 
 
+def _holding(home: Path, release: threading.Event) -> threading.Thread:
+    """A thread that holds the machine's one slot until release is set; returned once held."""
+    taken = threading.Event()
+
+    def hold() -> None:
+        with agent_slot(home, 1, lambda: False):
+            taken.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert taken.wait(30)
+    return holder
+
+
 def test_no_more_than_the_count_run_at_once_across_processes(tmp_path: Path) -> None:
     records = [tmp_path / f"run-{n}" for n in range(5)]
     holders = [_holder(tmp_path, 0.4, record, count=2) for record in records]
@@ -58,17 +73,8 @@ def test_a_killed_holder_frees_its_slot(tmp_path: Path) -> None:
 def test_a_freed_slot_wakes_its_waiter_at_once(tmp_path: Path, monkeypatch) -> None:
     # Without the ring the waiter would look again only after an hour.
     monkeypatch.setattr(slots_module, "LOOK_AGAIN_S", 3600.0)
-    taken = threading.Event()
     release = threading.Event()
-
-    def first() -> None:
-        with agent_slot(tmp_path, 1, lambda: False):
-            taken.set()
-            release.wait(30)
-
-    holder = threading.Thread(target=first)
-    holder.start()
-    assert taken.wait(30)
+    holder = _holding(tmp_path, release)
     got: list[int] = []
     found_full = threading.Event()
 
@@ -133,16 +139,9 @@ def test_a_waiter_without_a_doorbell_looks_now_and_then_rather_than_spinning(
     # Something not of ours where the doorbell's folder goes: the waiter cannot listen.
     monkeypatch.setattr(slots_module.Doorbell, "_listen", lambda self: None)
     looks = []
-    taken = threading.Event()
-
-    def hold_briefly() -> None:
-        with agent_slot(tmp_path, 1, lambda: False):
-            taken.set()
-            time.sleep(0.5)
-
-    holder = threading.Thread(target=hold_briefly)
-    holder.start()
-    assert taken.wait(30)
+    release = threading.Event()
+    holder = _holding(tmp_path, release)
+    threading.Timer(0.5, release.set).start()
     with agent_slot(tmp_path, 1, lambda: looks.append(1) or False) as number:
         assert number == 0
     holder.join(30)

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import update
 
 from bot.db import Database
-from bot.models import Job, JobState, Plan, ProviderHold, Repository, aware, utcnow
+from bot.models import Job, JobState, ProviderHold, aware, utcnow
 from tasks.agents.definitions import AgentSpec, SpendMeter
 from tasks.stages.governor import (
     PROBE_TRUST,
@@ -29,43 +29,6 @@ ANSWER = {
     "type": "assistant",
     "message": {"id": "m1", "model": "claude-sonnet-4-5", "usage": {"input_tokens": 900}},
 }
-
-
-@pytest.fixture
-def db(settings):
-    database = Database(settings.database_url)
-    yield database
-    database.dispose()
-
-
-@pytest.fixture
-def jobs(db: Database) -> list[int]:
-    """Four running jobs with live leases, of one plan."""
-    with db.session() as session:
-        session.add(Repository(id=1, full_name="octo/widgets"))
-        plan = Plan(
-            repository_id=1,
-            installation_id=1,
-            issue_number=1,
-            issue_title="t",
-            issue_author="a",
-            clone_url="/x",
-        )
-        session.add(plan)
-        session.flush()
-        made = [
-            Job(
-                plan_id=plan.id,
-                stage="plan",
-                key=f"plan:{n}",
-                state=JobState.RUNNING,
-                lease_expires_at=utcnow() + timedelta(minutes=1),
-            )
-            for n in range(4)
-        ]
-        session.add_all(made)
-        session.flush()
-        return [job.id for job in made]
 
 
 def park(db: Database, job_id: int) -> None:
