@@ -54,11 +54,16 @@ def test_a_repository_limit_of_one_holds_across_two_agent_workers(
         return len(states) == ISSUES and set(states) == {PlanState.DRAFT}
 
     wait_for(all_drafted, timeout=120, what="a draft plan on every issue")
-    with app.extensions["gaffer_db"].session() as session:
-        runs = session.execute(
-            select(Job.started_at, Job.finished_at).where(Job.stage == "plan")
-        ).all()
-    runs = sorted((aware(start), aware(end)) for start, end in runs)
+
+    def planning_runs() -> list:
+        with app.extensions["gaffer_db"].session() as session:
+            return session.execute(
+                select(Job.started_at, Job.finished_at).where(Job.stage == "plan")
+            ).all()
+
+    # A job is closed just after its plan is drafted.
+    wait_for(lambda: all(end for _, end in planning_runs()), what="the plan jobs to end")
+    runs = sorted((aware(start), aware(end)) for start, end in planning_runs())
     assert len(runs) == ISSUES
     for (_, ended), (started, _) in zip(runs, runs[1:], strict=False):
         assert started >= ended, "two plans of the repository ran at once"
