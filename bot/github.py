@@ -14,6 +14,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import requests
 from github import Auth, Github, GithubException, GithubIntegration, GithubRetry
+from github.Repository import Repository
 from requests.utils import parse_header_links
 
 from bot.lookup_cache import LookupCache
@@ -501,8 +502,15 @@ class RepoClient(PullsMixin):
 
     @property
     def repo(self) -> Any:
+        """The repository as GitHub described it in the last minute or so (see LookupCache):
+        its default branch, id and address, read once for all of a process's clients
+        rather than once for each job's."""
         if self._repo is None:
-            self._repo = self.gh.get_repo(self.full_name)
+            key = ("repository", self.full_name.lower())
+            described = self.lookups.remember(
+                key, lambda: self.gh.get_repo(self.full_name).raw_data
+            )
+            self._repo = Repository(self.gh.requester, {}, dict(described), completed=True)
         return self._repo
 
     def permission(self, login: str, *, recent: bool = False) -> str:

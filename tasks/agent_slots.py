@@ -12,12 +12,19 @@ for the run's length. The kernel lets go of it when the process dies, so a kille
 never keeps a slot. A job that finds every slot taken waits on a doorbell rung by each run
 that ends, looking again once a second in any case, and gives up its wait when the job is
 cancelled.
+
+Readying a job's work (its worktree, branch, prompt and GitHub reads) is CPU and disk work
+too. A job that runs an agent readies it under one of as many readying slots as there are
+agent slots (GAFFER_HOME/ready-slots, held the same way), and gives that up as it turns to
+wait for its agent slot: jobs beyond the free slots ready theirs while the agents run,
+instead of slowing the ones that could start now.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -33,7 +40,26 @@ BELL_LESS_LOOK_S = 0.1
 
 
 class SlotWaitStopped(Exception):
-    """The job was stopped while it waited for an agent slot."""
+    """The job was stopped while it waited for a slot."""
+
+
+class _Held:
+    """One slot held: its lock file's descriptor, and the doorbell its release rings."""
+
+    def __init__(self, fd: int, bell: Doorbell) -> None:
+        self.fd: int | None = fd
+        self.bell = bell
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        os.close(self.fd)  # closing the file lets go of its lock
+        self.fd = None
+        self.bell.ring()
+
+
+# The readying slot the job on this thread holds, until it turns to wait for an agent.
+_readying = threading.local()
 
 
 def agent_slots(value: object) -> int:
@@ -49,26 +75,49 @@ def agent_slots(value: object) -> int:
 def agent_slot(home: Path, count: int, should_stop: Callable[[], bool]) -> Iterator[int]:
     """Hold one of the machine's count agent slots for the block; return its number.
 
-    Waits while all are taken; raises SlotWaitStopped once should_stop says so.
+    Gives up the thread's readying slot first. Waits while all are taken; raises
+    SlotWaitStopped once should_stop says so.
     """
-    folder = home / "agent-slots"
+    held_ready = getattr(_readying, "held", None)
+    if held_ready is not None:
+        held_ready.release()
+    number, held = _take(home / "agent-slots", "agents", count, should_stop, "an agent slot")
+    try:
+        yield number
+    finally:
+        held.release()
+
+
+@contextmanager
+def readying(home: Path, count: int, should_stop: Callable[[], bool]) -> Iterator[None]:
+    """Hold one of the machine's count readying slots until the block ends or, sooner,
+    the thread's job takes its turn at an agent slot (agent_slot)."""
+    _, held = _take(home / "ready-slots", "readying", count, should_stop, "its turn to ready")
+    _readying.held = held
+    try:
+        yield
+    finally:
+        _readying.held = None
+        held.release()
+
+
+def _take(
+    folder: Path, kind: str, count: int, should_stop: Callable[[], bool], what: str
+) -> tuple[int, _Held]:
+    """Wait for one of count slots in folder; raise SlotWaitStopped once should_stop says so."""
     folder.mkdir(parents=True, exist_ok=True)
-    bell = Doorbell.named("agents", str(folder.resolve()))
+    bell = Doorbell.named(kind, str(folder.resolve()))
     try:
         bell.wait(0)  # listen before the first look, so no ring falls between the two
         while (held := _take_any(folder, count)) is None:
             if should_stop():
-                raise SlotWaitStopped("the job was stopped while it waited for an agent slot")
+                raise SlotWaitStopped(f"the job was stopped while it waited for {what}")
             if not bell.wait(LOOK_AGAIN_S):
                 time.sleep(BELL_LESS_LOOK_S)  # no doorbell here: look often instead
     finally:
         bell.close()
     number, fd = held
-    try:
-        yield number
-    finally:
-        os.close(fd)  # closing the file lets go of its lock
-        bell.ring()
+    return number, _Held(fd, bell)
 
 
 def _take_any(folder: Path, count: int) -> tuple[int, int] | None:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
+from functools import partial
 
 from bot.logs import about
 from bot.models import Job, JobState, Stage
+from tasks.agent_slots import SlotWaitStopped, agent_slots, readying
 from tasks.context import WorkerContext
 from tasks.forecast import wait_for_scope, wake_waiters
-from tasks.leases import Heartbeat, claim, finish
+from tasks.leases import Heartbeat, claim, finish, is_cancelled
 from tasks.slots import hand_on, wait_for_slots
 from tasks.stages.candidates import run_candidate
 from tasks.stages.execution import run_execution, run_recheck
@@ -30,6 +33,8 @@ STAGES: dict[str, RunStage] = {
     Stage.RECHECK: run_recheck,
     Stage.PARTS: open_parts,
 }
+# The stages that run an agent, and ready its work under a readying slot first.
+AGENT_STAGES = frozenset({Stage.PLAN, Stage.REVISE, Stage.EXECUTE, Stage.REWORK})
 
 
 def run_job(wctx: WorkerContext, *, job_id: int) -> None:
@@ -56,7 +61,10 @@ def _run(wctx: WorkerContext, job: Job, lease: timedelta) -> None:
             log.info("job %s (%s) waits for a plan or a slot", job.id, job.stage)
             return
         try:
-            stage(wctx, job)
+            with _readying(wctx, job):
+                stage(wctx, job)
+        except SlotWaitStopped:
+            log.info("job %s (%s) was cancelled before it began", job.id, job.stage)
         except Exception as error:
             finish(
                 wctx.db, job.id, wctx.worker_id, JobState.FAILED, f"{type(error).__name__}: {error}"
@@ -69,3 +77,11 @@ def _run(wctx: WorkerContext, job: Job, lease: timedelta) -> None:
         ended = session.get(Job, job.id)  # gone with its plan when GitHub no longer asks for it
         state = ended.state.value if ended else "with its plan dropped"
         log.info("job %s (%s) ended %s", job.id, job.stage, state)
+
+
+def _readying(wctx: WorkerContext, job: Job) -> AbstractContextManager[None]:
+    """A machine's readying slot for a job that will run an agent (tasks/agent_slots.py)."""
+    if job.stage not in AGENT_STAGES:
+        return nullcontext()
+    slots = agent_slots(wctx.setting("agent_slots", None))
+    return readying(wctx.settings.home, slots, partial(is_cancelled, wctx.db, job.id))
