@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -32,9 +34,21 @@ def agent_env_names(server_config: Mapping[str, Any]) -> list[str]:
 
 def _definitions(server_config: Mapping[str, Any]) -> dict[str, Any]:
     # Read, not validated: tasks/agents/definitions.py refuses a malformed one when it is used.
-    shipped = yaml.safe_load(AGENTS_FILE.read_text()) or {}
+    shipped = shipped_definitions()
     extra = server_config.get("agents") or {}
     return merge_definitions(shipped, extra if isinstance(extra, Mapping) else {})
+
+
+def shipped_definitions(path: Path = AGENTS_FILE) -> Any:
+    """The agent definitions in path as YAML reads them, parsed once while the file is
+    unchanged (every job and command asks); each caller gets its own copy."""
+    stat = path.stat()
+    return copy.deepcopy(_parsed(path, stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed(path: Path, _mtime_ns: int, _size: int) -> Any:
+    return yaml.safe_load(path.read_text()) or {}
 
 
 def merge_definitions(shipped: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:

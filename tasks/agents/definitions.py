@@ -13,9 +13,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
-import yaml
-
-from bot.agent_names import AGENTS_FILE, merge_definitions
+from bot.agent_names import AGENTS_FILE, merge_definitions, shipped_definitions
 from bot.models import Stage
 from tasks.agents.live import LiveUsage
 from tasks.agents.pricing import price
@@ -330,7 +328,7 @@ def load_agents(
 ) -> dict[str, AgentSpec]:
     """Return the shipped agents with those from the settings file added or changing them
     (see `merge_definitions`)."""
-    shipped = yaml.safe_load(path.read_text()) or {}
+    shipped = shipped_definitions(path)
     if not isinstance(shipped, Mapping) or (extra is not None and not isinstance(extra, Mapping)):
         raise AgentConfigError("agent definitions must be a mapping of name to definition")
     merged = merge_definitions(shipped, extra or {})
