@@ -57,16 +57,21 @@ class Doorbell:
     def wait(self, timeout: float) -> bool:
         """Return when rung (True) or after timeout seconds; False if no doorbell can be had
         here, without waiting."""
+        return self.rung_within(timeout) is not None
+
+    def rung_within(self, timeout: float) -> bool | None:
+        """Wait up to timeout seconds and say whether a ring came; None, without waiting,
+        if no doorbell can be had here."""
         listening = self._listen()
         if listening is None:
-            return False
+            return None
         ready, _, _ = select.select([listening], [], [], timeout)
         while ready:  # one look answers every ring that came meanwhile
             try:
                 listening.recv(16)
             except BlockingIOError:
                 break
-        return True
+        return bool(ready)
 
     def close(self) -> None:
         if self._socket is not None:

@@ -37,6 +37,9 @@ DEFAULT_AGENT_SLOTS = 2
 JOBS_PER_SLOT = 2
 LOOK_AGAIN_S = 1.0
 BELL_LESS_LOOK_S = 0.1
+# A slot rung free can stay locked a moment longer: a process another thread forks holds a
+# copy of every descriptor until it execs. After a ring, a waiter looks again soon, so.
+AFTER_RING_LOOKS_S = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2)
 
 
 class SlotWaitStopped(Exception):
@@ -109,10 +112,14 @@ def _take(
     bell = Doorbell.named(kind, str(folder.resolve()))
     try:
         bell.wait(0)  # listen before the first look, so no ring falls between the two
+        soon: list[float] = []
         while (held := _take_any(folder, count)) is None:
             if should_stop():
                 raise SlotWaitStopped(f"the job was stopped while it waited for {what}")
-            if not bell.wait(LOOK_AGAIN_S):
+            rung = bell.rung_within(soon.pop(0) if soon else LOOK_AGAIN_S)
+            if rung:
+                soon = list(AFTER_RING_LOOKS_S)
+            elif rung is None:
                 time.sleep(BELL_LESS_LOOK_S)  # no doorbell here: look often instead
     finally:
         bell.close()

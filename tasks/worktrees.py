@@ -38,6 +38,8 @@ ORIGIN = "refs/remotes/origin"
 OWNER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+# A fetch this recent already brought origin's branches (ensure_mirror).
+FETCHED_WITHIN_S = 2.0
 
 
 class WorktreeError(Exception):
@@ -110,8 +112,15 @@ def _check_url(clone_url: str) -> None:
         raise WorktreeError("clone URL must not carry credentials; pass the token separately")
 
 
-def ensure_mirror(home: Path, full_name: str, clone_url: str, token: str | None) -> Path:
-    """Create the repository's bare mirror on first use and fetch origin into it."""
+def ensure_mirror(
+    home: Path, full_name: str, clone_url: str, token: str | None, *, having: str | None = None
+) -> Path:
+    """Create the repository's bare mirror on first use and fetch origin into it.
+
+    With having (a commit the caller needs), a mirror that holds it and fetched within
+    FETCHED_WITHIN_S is left as it is: jobs that start together share one fetch instead of
+    taking turns at the lock for one each.
+    """
     _check_url(clone_url)
     mirror = mirror_path(home, full_name)
     with locked(_mirror_lock(mirror)):
@@ -119,8 +128,28 @@ def ensure_mirror(home: Path, full_name: str, clone_url: str, token: str | None)
             mirror.mkdir(parents=True, exist_ok=True)
             git(["init", "--bare", "--quiet"], cwd=mirror)
         _write_mirror_config(mirror, clone_url)
+        if having and _fetched_lately(mirror) and _holds(mirror, having):
+            return mirror
         git(["fetch", "--prune", "--no-tags", "--quiet", "origin"], cwd=mirror, token=token)
     return mirror
+
+
+def _fetched_lately(mirror: Path) -> bool:
+    """Tell whether the mirror fetched within FETCHED_WITHIN_S (each fetch writes FETCH_HEAD)."""
+    try:
+        return time.time() - (mirror / "FETCH_HEAD").stat().st_mtime < FETCHED_WITHIN_S
+    except FileNotFoundError:
+        return False
+
+
+def _holds(mirror: Path, sha: str) -> bool:
+    if not SHA.match(sha):
+        return False
+    try:
+        git(["cat-file", "-e", f"{sha}^{{commit}}"], cwd=mirror)
+    except GitError:
+        return False
+    return True
 
 
 def _write_mirror_config(mirror: Path, clone_url: str) -> None:

@@ -126,16 +126,17 @@ def leased_worktree(
     """Lease a clean worktree at base_sha from the repository's pool for the job's length
     (each candidate of a best-of-N plan has its own)."""
     key = plan_key(plan.id, candidate)
-    pool = _pool(wctx, plan)
+    pool = _pool(wctx, plan, base_sha)
     try:
         yield pool.acquire(key, base_sha)
     finally:
         pool.release(key)
 
 
-def _pool(wctx: WorkerContext, plan: Plan) -> WorktreePool:
+def _pool(wctx: WorkerContext, plan: Plan, base_sha: str) -> WorktreePool:
     token = wctx.github_app.token(plan.installation_id)
-    mirror = ensure_mirror(wctx.settings.home, plan.repository.full_name, plan.clone_url, token)
+    home, name = wctx.settings.home, plan.repository.full_name
+    mirror = ensure_mirror(home, name, plan.clone_url, token, having=base_sha)
     size = int(wctx.setting("worktree_pool_size", 3))
     return WorktreePool(wctx.settings.home, plan.repository.full_name, mirror, size=size)
 

@@ -91,6 +91,33 @@ def test_a_freed_slot_wakes_its_waiter_at_once(tmp_path: Path, monkeypatch) -> N
     assert got == [0], "the waiter never woke when the slot was freed"
 
 
+def test_a_slot_rung_free_while_a_forked_child_holds_its_lock_is_taken(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A process another thread forks holds a copy of the slot's descriptor until it execs
+    or exits, so the slot is still locked when its holder rings: the waiter looks again
+    soon after the ring rather than at its next hourly look."""
+    monkeypatch.setattr(slots_module, "LOOK_AGAIN_S", 3600.0)
+    got: list[int] = []
+    found_full = threading.Event()
+
+    def second() -> None:
+        with agent_slot(tmp_path, 1, lambda: found_full.set() or False) as number:
+            got.append(number)
+
+    with agent_slot(tmp_path, 1, lambda: False):
+        waiter = threading.Thread(target=second, daemon=True)
+        waiter.start()
+        assert found_full.wait(30)
+        child = os.fork()
+        if child == 0:  # the lock's copy lives until this child ends
+            time.sleep(0.1)
+            os._exit(0)
+    waiter.join(30)
+    os.waitpid(child, 0)
+    assert got == [0], "the waiter never looked again after the ring"
+
+
 def test_a_stopped_job_gives_up_its_wait(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(slots_module, "LOOK_AGAIN_S", 0.05)
     looks = []
