@@ -461,6 +461,17 @@ class WorktreePool:
             raise
         return path
 
+    def warm(self, sha: str) -> None:
+        """Leave one more clean worktree free in the pool (up to its size), checked out at sha,
+        so that the next plan to execute finds one ready instead of checking one out while
+        its approver waits."""
+        with locked(self._lock):
+            if len(self._free_paths()) >= self.size:
+                return
+        key = f"warming-{uuid.uuid4().hex[:12]}"
+        self.acquire(key, sha)
+        self.release(key)
+
     def release(self, plan_key: str) -> None:
         """Return a plan's worktree to the pool clean, or remove it when the pool is full."""
         with locked(self._lock):

@@ -61,7 +61,9 @@ def run_execution(wctx: WorkerContext, job: Job) -> None:
     shown = False
     try:
         config = fetch_repo_config(client, wctx.setting("defaults", None))
-        with leased_worktree(wctx, plan, plan.base_sha or "") as worktree:
+        # A first start has no pushed branch to find: a fetch a moment ago will do.
+        first = job.attempts <= 1 and plan.branch is None
+        with leased_worktree(wctx, plan, plan.base_sha or "", first_start=first) as worktree:
             space = _prepare(wctx, job, plan, client, config, worktree)
             space.teller = teller
             _work_and_verify(space)
@@ -121,12 +123,18 @@ def start_work(wctx: WorkerContext, job: Job) -> Plan | None:
 
 @contextmanager
 def leased_worktree(
-    wctx: WorkerContext, plan: Plan, base_sha: str, candidate: int | None = None
+    wctx: WorkerContext,
+    plan: Plan,
+    base_sha: str,
+    candidate: int | None = None,
+    *,
+    first_start: bool = False,
 ) -> Iterator[Path]:
     """Lease a clean worktree at base_sha from the repository's pool for the job's length
-    (each candidate of a best-of-N plan has its own)."""
+    (each candidate of a best-of-N plan has its own). A job's first start shares a fetch
+    made a moment ago (ensure_mirror); any other start fetches, to find its pushed branch."""
     key = plan_key(plan.id, candidate)
-    pool = _pool(wctx, plan, base_sha)
+    pool = _pool(wctx, plan, base_sha if first_start else None)
     try:
         yield pool.acquire(key, base_sha)
     finally:
@@ -136,7 +144,13 @@ def leased_worktree(
 def _pool(wctx: WorkerContext, plan: Plan, base_sha: str) -> WorktreePool:
     token = wctx.github_app.token(plan.installation_id)
     home, name = wctx.settings.home, plan.repository.full_name
-    mirror = ensure_mirror(home, name, plan.clone_url, token, having=base_sha)
+    return worktree_pool(
+        wctx, plan, ensure_mirror(home, name, plan.clone_url, token, having=base_sha)
+    )
+
+
+def worktree_pool(wctx: WorkerContext, plan: Plan, mirror: Path) -> WorktreePool:
+    """The plan's repository's pool of warm worktrees on this machine."""
     size = int(wctx.setting("worktree_pool_size", 3))
     return WorktreePool(wctx.settings.home, plan.repository.full_name, mirror, size=size)
 

@@ -19,11 +19,12 @@ from tasks.checks.diffcheck import plan_scope
 from tasks.context import WorkerContext
 from tasks.leases import finish
 from tasks.stages.costs import park
+from tasks.stages.execution import worktree_pool
 from tasks.stages.guidance import for_planning, record_inputs
 from tasks.stages.prompts import plan_prompt
 from tasks.stages.stage_agent import Held, Stopped, run_stage_agent
 from tasks.stages.workspace import job_dir
-from tasks.worktrees import ensure_mirror, readonly_worktree, resolve_ref
+from tasks.worktrees import ensure_mirror, mirror_path, readonly_worktree, resolve_ref
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,19 @@ def run_planning(wctx: WorkerContext, job: Job) -> None:
         text, error, lessons = "", f"{type(fault).__name__}: {fault}", []
     _record(wctx, plan, job, text, error, snapshot, lessons)
     publish_status(wctx.db, client, plan.id)
+    if text and error is None:
+        _warm_a_worktree(wctx, plan)
+
+
+def _warm_a_worktree(wctx: WorkerContext, plan: Plan) -> None:
+    """Ready a worktree in the repository's pool for the plan's execution, once the plan is
+    shown: then its `/approve` starts the agent without a checkout first."""
+    mirror = mirror_path(wctx.settings.home, plan.repository.full_name)
+    client = wctx.client(plan.installation_id, plan.repository.full_name)
+    try:
+        worktree_pool(wctx, plan, mirror).warm(resolve_ref(mirror, client.repo.default_branch))
+    except Exception:  # noqa: BLE001 - a worktree not readied now is checked out when needed
+        log.warning("could not ready a worktree for plan %s", plan.id, exc_info=True)
 
 
 def _request_gone(wctx: WorkerContext, client: RepoClient, plan: Plan) -> str | None:
