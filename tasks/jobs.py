@@ -63,8 +63,8 @@ def _run(wctx: WorkerContext, job: Job, lease: timedelta) -> None:
         try:
             with _readying(wctx, job):
                 stage(wctx, job)
-        except SlotWaitStopped:
-            log.info("job %s (%s) was cancelled before it began", job.id, job.stage)
+        except SlotWaitStopped as stopped:  # cancelled while it waited for its turn to ready
+            finish(wctx.db, job.id, wctx.worker_id, JobState.CANCELLED, str(stopped))
         except Exception as error:
             finish(
                 wctx.db, job.id, wctx.worker_id, JobState.FAILED, f"{type(error).__name__}: {error}"

@@ -454,23 +454,28 @@ class WorktreePool:
         """Lease a clean worktree at base_sha to plan_key (the same one if it holds one)."""
         with locked(self._lock):
             path = self._leased_to(plan_key) or self._claim(plan_key)
-        try:
-            self._prepare(path, base_sha)
-        except (GitError, WorktreeError):
-            self.discard(plan_key)
-            raise
-        return path
+        return self._readied(plan_key, path, base_sha)
 
     def warm(self, sha: str) -> None:
         """Leave one more clean worktree free in the pool (up to its size), checked out at sha,
         so that the next plan to execute finds one ready instead of checking one out while
         its approver waits."""
+        key = f"warming-{uuid.uuid4().hex[:12]}"
         with locked(self._lock):
             if len(self._free_paths()) >= self.size:
                 return
-        key = f"warming-{uuid.uuid4().hex[:12]}"
-        self.acquire(key, sha)
+            path = self._claim(key, fresh=True)
+        self._readied(key, path, sha)
         self.release(key)
+
+    def _readied(self, key: str, path: Path, sha: str) -> Path:
+        """Make the worktree leased to key clean at sha, or remove it when it cannot be."""
+        try:
+            self._prepare(path, sha)
+        except (GitError, WorktreeError):
+            self.discard(key)
+            raise
+        return path
 
     def release(self, plan_key: str) -> None:
         """Return a plan's worktree to the pool clean, or remove it when the pool is full."""
@@ -512,8 +517,8 @@ class WorktreePool:
         """Return the plan keys holding a worktree, with their paths."""
         return {key: path for path, key in self._leases()}
 
-    def _claim(self, plan_key: str) -> Path:
-        free = self._free_paths()
+    def _claim(self, plan_key: str, *, fresh: bool = False) -> Path:
+        free = [] if fresh else self._free_paths()
         path = free[0] if free else self.root / f"wt-{uuid.uuid4().hex[:12]}"
         self._write_lease(path, plan_key)
         return path

@@ -141,11 +141,11 @@ def leased_worktree(
         pool.release(key)
 
 
-def _pool(wctx: WorkerContext, plan: Plan, base_sha: str) -> WorktreePool:
+def _pool(wctx: WorkerContext, plan: Plan, having: str | None) -> WorktreePool:
     token = wctx.github_app.token(plan.installation_id)
     home, name = wctx.settings.home, plan.repository.full_name
     return worktree_pool(
-        wctx, plan, ensure_mirror(home, name, plan.clone_url, token, having=base_sha)
+        wctx, plan, ensure_mirror(home, name, plan.clone_url, token, having=having)
     )
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tasks import agent_slots as slots_module
-from tasks.agent_slots import SlotWaitStopped, agent_slot, agent_slots
+from tasks.agent_slots import SlotWaitStopped, agent_slot, agent_slots, readying
 from tests.support import wait_for
 
 HOLDER = """
@@ -116,6 +116,47 @@ def test_a_slot_rung_free_while_a_forked_child_holds_its_lock_is_taken(
     waiter.join(30)
     os.waitpid(child, 0)
     assert got == [0], "the waiter never looked again after the ring"
+
+
+def test_a_job_readies_only_in_its_turn_which_ends_when_it_waits_for_an_agent(
+    tmp_path: Path,
+) -> None:
+    """With one slot, a second job begins readying its work only once the first has turned
+    to its agent, and not while the first is still readying."""
+    events: list[str] = []
+    first_readying, first_may_go_on = threading.Event(), threading.Event()
+
+    def first() -> None:
+        with readying(tmp_path, 1, lambda: False):
+            events.append("first readies")
+            first_readying.set()
+            first_may_go_on.wait(30)
+            events.append("first turns to its agent")
+            with agent_slot(tmp_path, 1, lambda: False):
+                readied = second_done.wait(10)
+                events.append("second readied meanwhile" if readied else "second never readied")
+
+    def second() -> None:
+        with readying(tmp_path, 1, lambda: False):
+            events.append("second readies")
+        second_done.set()
+
+    second_done = threading.Event()
+    one = threading.Thread(target=first, daemon=True)
+    one.start()
+    assert first_readying.wait(30)
+    two = threading.Thread(target=second, daemon=True)
+    two.start()
+    two.join(0.3)  # the second waits for its turn meanwhile
+    first_may_go_on.set()
+    one.join(30)
+    two.join(30)
+    assert events == [
+        "first readies",
+        "first turns to its agent",
+        "second readies",
+        "second readied meanwhile",
+    ]
 
 
 def test_a_stopped_job_gives_up_its_wait(tmp_path: Path, monkeypatch) -> None:

@@ -59,6 +59,20 @@ def test_mirror_is_cloned_under_home_and_fetch_sees_new_commits(home, origin, mi
     assert resolve_ref(mirror, "main") == second != first
 
 
+def test_jobs_that_start_together_share_a_fetch_unless_it_lacks_their_commit(home, origin, mirror):
+    first = resolve_ref(mirror, "main")
+    second = commit_to_origin(origin, {"NEW.md": "new\n"}, "second")
+    # A start that needs a commit the recent fetch brought shares that fetch...
+    ensure_mirror(home, "octo/demo", str(origin), None, having=first)
+    assert resolve_ref(mirror, "main") == first
+    # ...one whose commit the mirror lacks fetches it, and one that names none always does.
+    ensure_mirror(home, "octo/demo", str(origin), None, having=second)
+    assert resolve_ref(mirror, "main") == second
+    third = commit_to_origin(origin, {"THIRD.md": "3\n"}, "third")
+    ensure_mirror(home, "octo/demo", str(origin), None)
+    assert resolve_ref(mirror, "main") == third
+
+
 def test_token_reaches_git_as_a_header_but_no_file_under_home(home, origin, mirror):
     ensure_mirror(home, "octo/demo", str(origin), TOKEN)
     header = git(["config", "--get", "http.extraHeader"], cwd=mirror, token=TOKEN)
@@ -102,6 +116,18 @@ def test_fresh_worktree_when_pool_is_empty(home, pool, mirror):
     assert git(["rev-parse", "HEAD"], cwd=path) == sha
     assert home / "worktrees" in path.parents
     assert pool.leases() == {"plan-1": path}
+
+
+def test_a_warmed_pool_hands_out_its_ready_worktree_and_keeps_no_more_than_its_size(
+    home, pool, mirror
+):
+    sha = resolve_ref(mirror, "main")
+    for _ in range(3):
+        pool.warm(sha)
+    warmed = sorted((home / "worktrees" / "octo" / "demo").glob("wt-*"))
+    assert len(warmed) == 2 and pool.leases() == {}
+    assert pool.acquire("plan-1", sha) in warmed
+    assert git(["status", "--porcelain", "--ignored"], cwd=warmed[0]) == ""
 
 
 def test_two_plans_get_different_worktrees(pool, mirror):
