@@ -40,8 +40,7 @@ def _definitions(server_config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def shipped_definitions(path: Path = AGENTS_FILE) -> Any:
-    """The agent definitions in path as YAML reads them, parsed once while the file is
-    unchanged (every job and command asks); each caller gets its own copy."""
+    """Return a copy of path's agent definitions, parsed once while the file is unchanged."""
     stat = path.stat()
     return copy.deepcopy(_parsed(path, stat.st_mtime_ns, stat.st_size))
 

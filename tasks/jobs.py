@@ -61,7 +61,7 @@ def _run(wctx: WorkerContext, job: Job, lease: timedelta) -> None:
             log.info("job %s (%s) waits for a plan or a slot", job.id, job.stage)
             return
         try:
-            with _readying(wctx, job):
+            with _readying_slot_for(wctx, job):
                 stage(wctx, job)
         except SlotWaitStopped as stopped:  # cancelled while it waited for its turn to ready
             finish(wctx.db, job.id, wctx.worker_id, JobState.CANCELLED, str(stopped))
@@ -79,7 +79,7 @@ def _run(wctx: WorkerContext, job: Job, lease: timedelta) -> None:
         log.info("job %s (%s) ended %s", job.id, job.stage, state)
 
 
-def _readying(wctx: WorkerContext, job: Job) -> AbstractContextManager[None]:
+def _readying_slot_for(wctx: WorkerContext, job: Job) -> AbstractContextManager[None]:
     """A machine's readying slot for a job that will run an agent (tasks/agent_slots.py)."""
     if job.stage not in AGENT_STAGES:
         return nullcontext()

@@ -40,6 +40,10 @@ NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 # A fetch this recent already brought origin's branches (ensure_mirror).
 FETCHED_WITHIN_S = 2.0
+# A pool's worktree being readied ahead of any plan (WorktreePool.warm); older than this,
+# its warmer died and the reaper takes it.
+WARMING = "warming-"
+WARMING_FOR_S = 300.0
 
 
 class WorktreeError(Exception):
@@ -460,7 +464,7 @@ class WorktreePool:
         """Leave one more clean worktree free in the pool (up to its size), checked out at sha,
         so that the next plan to execute finds one ready instead of checking one out while
         its approver waits."""
-        key = f"warming-{uuid.uuid4().hex[:12]}"
+        key = f"{WARMING}{uuid.uuid4().hex[:12]}"
         with locked(self._lock):
             if len(self._free_paths()) >= self.size:
                 return
@@ -507,7 +511,7 @@ class WorktreePool:
         report = ReapReport()
         with locked(self._lock):
             for path, key in self._leases():
-                if key not in active_keys:
+                if key not in active_keys and not self._warming(path, key):
                     self._remove(path)
                     report.removed.append(key)
             report.kept_branches = self._sweep_branches()
@@ -559,6 +563,16 @@ class WorktreePool:
         temp = target.with_suffix(".tmp")
         temp.write_text(json.dumps(record))
         os.replace(temp, target)
+
+    def _warming(self, path: Path, key: str) -> bool:
+        """Tell whether a live warm-up holds the worktree (its lease is young)."""
+        if not key.startswith(WARMING):
+            return False
+        try:
+            leased_at = float(json.loads(self._lease_file(path).read_text())["leased_at"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        return time.time() - leased_at < WARMING_FOR_S
 
     def _leases(self) -> list[tuple[Path, str]]:
         found = []

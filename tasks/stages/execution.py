@@ -61,7 +61,9 @@ def run_execution(wctx: WorkerContext, job: Job) -> None:
     shown = False
     try:
         config = fetch_repo_config(client, wctx.setting("defaults", None))
-        # A first start has no pushed branch to find: a fetch a moment ago will do.
+        # A first start has no pushed branch to find, so a fetch a moment ago will do. A
+        # plan's branch is saved (_prepare) before anything can park the job, so a resumed
+        # or parked job is known by it even where parking set its attempts back.
         first = job.attempts <= 1 and plan.branch is None
         with leased_worktree(wctx, plan, plan.base_sha or "", first_start=first) as worktree:
             space = _prepare(wctx, job, plan, client, config, worktree)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from double.origin import commit_to_origin, make_origin
+from tasks import worktrees as worktrees_module
 from tasks.gitcmd import GitError, basic_auth_header, git
 from tasks.recovery import strays as strays_module
 from tasks.recovery.strays import worktree_mark
@@ -59,10 +60,13 @@ def test_mirror_is_cloned_under_home_and_fetch_sees_new_commits(home, origin, mi
     assert resolve_ref(mirror, "main") == second != first
 
 
-def test_jobs_that_start_together_share_a_fetch_unless_it_lacks_their_commit(home, origin, mirror):
+def test_jobs_that_start_together_share_a_fetch_unless_it_lacks_their_commit(
+    home, origin, mirror, monkeypatch
+):
     first = resolve_ref(mirror, "main")
     second = commit_to_origin(origin, {"NEW.md": "new\n"}, "second")
-    # A start that needs a commit the recent fetch brought shares that fetch...
+    monkeypatch.setattr(worktrees_module, "FETCHED_WITHIN_S", 3600.0)
+    # A start that needs a commit a recent fetch brought shares that fetch...
     ensure_mirror(home, "octo/demo", str(origin), None, having=first)
     assert resolve_ref(mirror, "main") == first
     # ...one whose commit the mirror lacks fetches it, and one that names none always does.
@@ -71,6 +75,14 @@ def test_jobs_that_start_together_share_a_fetch_unless_it_lacks_their_commit(hom
     third = commit_to_origin(origin, {"THIRD.md": "3\n"}, "third")
     ensure_mirror(home, "octo/demo", str(origin), None)
     assert resolve_ref(mirror, "main") == third
+
+
+def test_a_fetch_older_than_the_window_is_not_shared(home, origin, mirror, monkeypatch):
+    first = resolve_ref(mirror, "main")
+    second = commit_to_origin(origin, {"NEW.md": "new\n"}, "second")
+    monkeypatch.setattr(worktrees_module, "FETCHED_WITHIN_S", 0.0)
+    ensure_mirror(home, "octo/demo", str(origin), None, having=first)
+    assert resolve_ref(mirror, "main") == second
 
 
 def test_token_reaches_git_as_a_header_but_no_file_under_home(home, origin, mirror):
@@ -128,6 +140,20 @@ def test_a_warmed_pool_hands_out_its_ready_worktree_and_keeps_no_more_than_its_s
     assert len(warmed) == 2 and pool.leases() == {}
     assert pool.acquire("plan-1", sha) in warmed
     assert git(["status", "--porcelain", "--ignored"], cwd=warmed[0]) == ""
+
+
+def test_the_reaper_leaves_a_worktree_being_warmed_and_takes_one_whose_warmer_died(
+    home, pool, mirror, monkeypatch
+):
+    sha = resolve_ref(mirror, "main")
+    warming = pool.root / "wt-warming"
+    pool._write_lease(warming, "warming-abc")
+    pool._readied("warming-abc", warming, sha)
+    pool.reap(active_keys=set())
+    assert warming.exists() and pool.leases() == {"warming-abc": warming}
+    monkeypatch.setattr(worktrees_module, "WARMING_FOR_S", 0.0)
+    pool.reap(active_keys=set())
+    assert not warming.exists() and pool.leases() == {}
 
 
 def test_two_plans_get_different_worktrees(pool, mirror):
