@@ -147,13 +147,11 @@ def _fetched_lately(mirror: Path) -> bool:
 
 
 def _holds(mirror: Path, sha: str) -> bool:
-    if not SHA.match(sha):
-        return False
+    """Tell whether the mirror has the commit named by a full sha (a branch name never)."""
     try:
-        git(["cat-file", "-e", f"{sha}^{{commit}}"], cwd=mirror)
-    except GitError:
+        return bool(SHA.match(sha)) and resolve_ref(mirror, sha) == sha
+    except WorktreeError:
         return False
-    return True
 
 
 def _write_mirror_config(mirror: Path, clone_url: str) -> None:

@@ -16,8 +16,9 @@ import redis
 import requests
 import yaml
 from sqlalchemy import create_engine, text
+from sqlalchemy.orm import Session
 
-from bot.models import Base
+from bot.models import Base, Plan, PlanState, Repository
 from double import webhooks
 from double.driver import wait_for
 from double.webhooks import commented, issue, labeled, repository, user
@@ -203,3 +204,21 @@ class WebProcess:
             self.process.wait(timeout=30)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
+
+
+def add_plan(session: Session, state: PlanState = PlanState.PLANNING) -> Plan:
+    """Add a plan on issue 1 of octo/widgets (the repository too, the first time)."""
+    if session.get(Repository, 1) is None:
+        session.add(Repository(id=1, full_name="octo/widgets"))
+    plan = Plan(
+        repository_id=1,
+        installation_id=1,
+        issue_number=1,
+        issue_title="t",
+        issue_author="a",
+        clone_url="/x",
+        state=state,
+    )
+    session.add(plan)
+    session.flush()
+    return plan

@@ -67,14 +67,13 @@ def run_planning(wctx: WorkerContext, job: Job) -> None:
     _record(wctx, plan, job, text, error, snapshot, lessons)
     publish_status(wctx.db, client, plan.id)
     if text and error is None:
-        _warm_a_worktree(wctx, plan)
+        _warm_a_worktree(wctx, plan, client)
 
 
-def _warm_a_worktree(wctx: WorkerContext, plan: Plan) -> None:
+def _warm_a_worktree(wctx: WorkerContext, plan: Plan, client: RepoClient) -> None:
     """Ready a worktree in the repository's pool for the plan's execution, once the plan is
     shown: then its `/approve` starts the agent without a checkout first."""
     mirror = mirror_path(wctx.settings.home, plan.repository.full_name)
-    client = wctx.client(plan.installation_id, plan.repository.full_name)
     try:
         worktree_pool(wctx, plan, mirror).warm(resolve_ref(mirror, client.repo.default_branch))
     except Exception:  # noqa: BLE001 - a worktree not readied now is checked out when needed

@@ -7,7 +7,8 @@ from datetime import timedelta
 import pytest
 
 from bot.db import Database
-from bot.models import Job, JobState, Plan, Repository, utcnow
+from bot.models import Job, JobState, utcnow
+from tests.support import add_plan
 
 
 @pytest.fixture
@@ -21,17 +22,7 @@ def db(settings):
 def jobs(db: Database) -> list[int]:
     """Four running jobs with live leases, of one plan."""
     with db.session() as session:
-        session.add(Repository(id=1, full_name="octo/widgets"))
-        plan = Plan(
-            repository_id=1,
-            installation_id=1,
-            issue_number=1,
-            issue_title="t",
-            issue_author="a",
-            clone_url="/x",
-        )
-        session.add(plan)
-        session.flush()
+        plan = add_plan(session)
         made = [
             Job(
                 plan_id=plan.id,

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from sqlalchemy import update
 
-from bot.models import Job, JobState, Plan, PlanState, Repository, Stage
+from bot.models import Job, JobState, PlanState, Stage
 from tasks import jobs as jobs_module
 from tasks.jobs import run_job
-from tests.support import wait_for
+from tests.support import add_plan, wait_for
 
 
 def _locked(path: Path) -> bool:
@@ -30,19 +30,7 @@ def _locked(path: Path) -> bool:
 
 def _job(wctx, stage: str) -> int:
     with wctx.db.session() as session:
-        if session.get(Repository, 1) is None:
-            session.add(Repository(id=1, full_name="octo/widgets"))
-        plan = Plan(
-            repository_id=1,
-            installation_id=1,
-            issue_number=1,
-            issue_title="t",
-            issue_author="a",
-            clone_url="/x",
-            state=PlanState.EXECUTING,
-        )
-        session.add(plan)
-        session.flush()
+        plan = add_plan(session, PlanState.EXECUTING)
         job = Job(plan_id=plan.id, stage=stage, key=f"{stage}:{plan.id}")
         session.add(job)
         session.flush()

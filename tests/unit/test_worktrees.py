@@ -143,17 +143,19 @@ def test_a_warmed_pool_hands_out_its_ready_worktree_and_keeps_no_more_than_its_s
 
 
 def test_the_reaper_leaves_a_worktree_being_warmed_and_takes_one_whose_warmer_died(
-    home, pool, mirror, monkeypatch
+    pool, mirror, monkeypatch
 ):
     sha = resolve_ref(mirror, "main")
-    warming = pool.root / "wt-warming"
-    pool._write_lease(warming, "warming-abc")
-    pool._readied("warming-abc", warming, sha)
+    with monkeypatch.context() as warming:
+        warming.setattr(pool, "release", lambda key: None)  # the warm-up is still under way
+        pool.warm(sha)
+    [(key, path)] = pool.leases().items()
+    assert key.startswith("warming-")
     pool.reap(active_keys=set())
-    assert warming.exists() and pool.leases() == {"warming-abc": warming}
-    monkeypatch.setattr(worktrees_module, "WARMING_FOR_S", 0.0)
+    assert path.exists() and pool.leases() == {key: path}
+    monkeypatch.setattr(worktrees_module, "WARMING_FOR_S", 0.0)  # its warmer is long gone
     pool.reap(active_keys=set())
-    assert not warming.exists() and pool.leases() == {}
+    assert not path.exists() and pool.leases() == {}
 
 
 def test_two_plans_get_different_worktrees(pool, mirror):
