@@ -30,14 +30,16 @@ def test_a_machine_killed_mid_job_leaves_its_job_to_the_other_and_limits_hold(
     )
     github_worker = start_worker("github", concurrency=3, beat=True, wait=False)
     doomed = start_worker("agent", home=tmp_path / "machine-a", lease_seconds=5, wait=False)
-    other = start_worker("agent", home=tmp_path / "machine-b", wait=False)
-    for worker in (github_worker, doomed, other):
+    for worker in (github_worker, doomed):
         worker.wait_ready()
     flow = IssueFlow(app, client, github, origin, REPO, INSTALLATION_ID, WEBHOOK_SECRET)
     flow.body = BODY
     issues = [dataclasses.replace(flow, number=n).open() for n in range(1, ISSUES + 1)]
     for issue in issues:
         issue.label()
+    # Machine B comes up while A already plans: under the limit of one, B could otherwise
+    # be handed every plan and leave A nothing to be killed in.
+    other = start_worker("agent", home=tmp_path / "machine-b")
     db = app.extensions["gaffer_db"]
 
     def doomed_job_running_its_agent() -> Job | None:
