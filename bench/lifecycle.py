@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/lifecycle.py [--plans 6] [--slots 2] [--agent-seconds 5] [--files 10000]
                                         [--parts abcd] [--runs 1] [--services]
+                                        [--agent shell|script]
 
 (a) gaffer's own overhead from `/approve` to `in_review`, with an agent and a check that
     do nothing (goal: under 1 s);
@@ -9,7 +10,10 @@
     against the ideal ceil(N/K) × agent time (goal: within 10 %), run --runs times, each
     with a gaffer of its own (on its embedded default, or with --services on PostgreSQL and
     Redis, as bench/intake.py finds them); with the GitHub requests a plan costs from
-    `/approve` to its job's end, by endpoint;
+    `/approve` to its job's end, by endpoint. The agent is a shell script that sleeps for
+    the agent time, so the agent takes that long and no more; `--agent script` runs
+    gaffer's Python script agent instead, whose own start (a Python interpreter and its
+    imports) then counts against gaffer;
 (c) a plan's worktree ready from the warm pool, against a fresh `git worktree add` and a
     full clone, on a generated repository of about 10,000 files (goal: under 0.2 s and at
     least 20× faster than a fresh checkout);
@@ -49,6 +53,11 @@ from tasks.isolation.sandbox import Sandbox, SandboxConfig  # noqa: E402
 from tasks.worktrees import WorktreePool, ensure_mirror, resolve_ref  # noqa: E402
 
 NOOP_CHECK = "checks:\n  - name: noop\n    run: 'true'\n    timeout: 60\n"
+# (b)'s agent: it plans at once, and its execution sleeps for the agent time, then writes.
+SLEEPER = (
+    'if [ "$GAFFER_STAGE" = execute ]; then sleep "$BENCH_AGENT_S"; echo x > done.txt; '
+    "else printf '## Plan\\n\\nWrite done.txt.\\n'; fi"
+)
 
 
 def main() -> None:
@@ -103,6 +112,9 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--parts", default="abcd", help="which of (a) to (d) to run, e.g. b")
     parser.add_argument("--runs", type=int, default=1, help="how many times to run (b)")
     parser.add_argument("--services", action="store_true", help="(b) on PostgreSQL and Redis")
+    parser.add_argument(
+        "--agent", choices=("shell", "script"), default="shell", help="(b)'s agent (see above)"
+    )
     return parser.parse_args()
 
 
@@ -149,7 +161,8 @@ def _slot_runs(home: Path, args: argparse.Namespace) -> None:
         runs.append(run)
         calls = sum(run.calls.values()) / args.plans
         print(
-            f"(b) {args.plans} plans on {args.slots} slots, {args.agent_seconds:g} s agents: "
+            f"(b) {args.plans} plans on {args.slots} slots, {args.agent_seconds:g} s "
+            f"{args.agent} agents: "
             f"{run.elapsed:.2f} s against ideal {ideal:.1f} s — ratio {run.elapsed / ideal:.2f} "
             f"(goal ≤ 1.10); {calls:.1f} GitHub requests a plan"
         )
@@ -179,7 +192,19 @@ def _slots(home: Path, args: argparse.Namespace) -> SlotRun:
 
 def _slots_on(home: Path, args: argparse.Namespace, services: dict[str, str] | None) -> SlotRun:
     files = {".github/gaffer.yml": NOOP_CHECK, "README.md": "x\n"}
-    with local_gaffer(home, files, agent_slots=args.slots, services=services) as gaffer:
+    server: dict = {}
+    if args.agent == "shell":
+        files[".github/gaffer.yml"] += "agent: sleeper\n"
+        sleeper = {
+            "command": ["sh", "-c", SLEEPER],
+            "output": "text",
+            "env": [],
+            "set_env": {"BENCH_AGENT_S": f"{args.agent_seconds:g}"},
+        }
+        server["agents"] = {"sleeper": sleeper}
+    with local_gaffer(
+        home, files, agent_slots=args.slots, server=server, services=services
+    ) as gaffer:
         flows = [
             gaffer.issue(n, f"Plan {n}", _script(args.agent_seconds))
             for n in range(1, args.plans + 1)

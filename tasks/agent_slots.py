@@ -5,7 +5,10 @@ A slot covers the agent's run alone, not the job around it. The agent worker run
 than there are slots (twice as many unless told), so while one job's agent runs another job
 readies its worktree, pushes, or runs its checks, and the next agent starts the moment a
 slot is free: the slots stay busy with agents, and a job's git, sandbox and GitHub work
-costs it no agent time.
+costs it no agent time. The agent itself is readied before its slot: its sandbox, proxy
+and control group are up, its processes held at a gate just before the agent's exec, and
+the slot is given up the moment those processes are gone, before the sandbox is torn down
+(tasks/isolation/runner.py). A slot passes from one agent to the next in milliseconds.
 
 Each slot is a lock file under GAFFER_HOME/agent-slots, held with flock(2) by the open file
 for the run's length. The kernel lets go of it when the process dies, so a killed worker

@@ -6,7 +6,8 @@ import re
 import shutil
 import string
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path, PurePosixPath
@@ -417,6 +418,7 @@ def run_agent(
     sandbox: Sandbox | None = None,
     shown: Sequence[Path] = (),
     on_answer: Callable[[], None] | None = None,
+    turn: AbstractContextManager[Decimal | None] | None = None,
 ) -> AgentResult:
     """Run the agent for one stage in workdir and return its parsed, priced answer.
 
@@ -427,6 +429,10 @@ def run_agent(
     each process it starts may use that much memory. With a sandbox, the agent runs
     isolated: it sees workdir (read-only in planning stages), its home, its prompt file and
     `shown` (the repository's mirror), and reaches only its egress hosts.
+
+    With a turn (the machine's agent slot), the agent is readied to its last step and
+    started on entering it; the turn yields the spend limit as it stands then, which
+    replaces spend_limit_usd (tasks/isolation/runner.py).
     """
     job_dir.mkdir(parents=True, exist_ok=True)
     prompt_file = job_dir / "prompt.md"
@@ -491,12 +497,13 @@ def run_agent(
         sandbox=sandbox,
         box=box,
         stdin_text=prompt if spec.prompt_on_stdin else None,
+        turn=None if turn is None else _limited(turn, meter),
     )
     # Parse even a failed run: a Claude error result or a quota hit still reports usage.
     parsed = _parse(spec, run.output)
     usage = price(_named(parsed.usage or meter.usage, model), overrides=prices)
     if meter.over():
-        stopped = f"agent {spec.name!r} was stopped: it reached the budget of ${spend_limit_usd}"
+        stopped = f"agent {spec.name!r} was stopped: it reached the budget of ${meter.limit}"
         return AgentResult("", False, stopped, run, usage, parsed.quota, over_budget=True)
     if meter.verdict is not None:
         verdict = meter.verdict
@@ -511,6 +518,14 @@ def run_agent(
         parsed.quota,
         denials=parsed.denials,
     )
+
+
+@contextmanager
+def _limited(turn: AbstractContextManager[Decimal | None], meter: SpendMeter) -> Iterator[None]:
+    """Hold the turn; the spend limit it yields is the meter's from then on."""
+    with turn as limit:
+        meter.limit = limit
+        yield
 
 
 def _command(
@@ -537,7 +552,7 @@ class SpendMeter:
         on_answer: Callable[[], None] | None = None,
     ) -> None:
         self._live = LiveUsage()
-        self._model, self._limit, self._prices = model, limit, prices
+        self._model, self.limit, self._prices = model, limit, prices
         self._over = False
         self._on_answer = on_answer
 
@@ -547,9 +562,9 @@ class SpendMeter:
             # Tokens are billed only for an answer: a refusal reports none.
             told, self._on_answer = self._on_answer, None
             told()
-        if self._limit is not None and not self._over and self.usage is not None:
+        if self.limit is not None and not self._over and self.usage is not None:
             spent = price(_named(self.usage, self._model), overrides=self._prices).cost_usd
-            self._over = spent is not None and spent >= self._limit
+            self._over = spent is not None and spent >= self.limit
 
     @property
     def verdict(self) -> RetryVerdict | None:

@@ -331,6 +331,7 @@ def _start(
     stdin: IO[bytes] | None,
     memory_mb: int | None,
     sandbox_setup: Callable[[], None] | None = None,
+    gate_fd: int | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start argv as the leader of a new session, stdout and stderr on one pipe."""
     return subprocess.Popen(
@@ -341,8 +342,74 @@ def _start(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        pass_fds=() if gate_fd is None else (gate_fd,),
         preexec_fn=_child_setup(memory_mb, sandbox_setup),  # noqa: PLW1509 - prctl and setrlimit, no locks
     )
+
+
+GATE_SCRIPT = (
+    "import os, sys\n"
+    "gate = int(sys.argv[1])\n"
+    "if not os.read(gate, 1):\n"
+    "    sys.exit(125)\n"
+    "os.close(gate)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+class _Gate:
+    """Where a readied run waits for its turn: the last step before argv's exec reads one
+    line from a pipe that gaffer writes when the turn comes. A closed pipe, gaffer gone
+    or the turn refused, ends the run unstarted."""
+
+    def __init__(self) -> None:
+        self.fd: int | None = None  # the read end, handed to the run
+        self._write: int | None = None
+
+    def wrap(self, argv: Sequence[str]) -> list[str]:
+        if self.fd is None:
+            return list(argv)
+        # The worker's own Python, which every sandbox shows: a shell names no descriptor
+        # past 9. Its start is paid before the gate; after it, only the exec.
+        return [sys.executable, "-I", "-S", "-c", GATE_SCRIPT, str(self.fd), *argv]
+
+    def open(self) -> None:
+        if self._write is None:
+            return
+        with contextlib.suppress(BrokenPipeError):  # the run already ended; supervision says how
+            os.write(self._write, b"go\n")
+        self.close()
+
+    def close(self) -> None:
+        for fd in (self.fd, self._write):
+            if fd is not None:
+                os.close(fd)
+        self.fd = self._write = None
+
+
+@contextlib.contextmanager
+def _gate(turn: contextlib.AbstractContextManager[object] | None) -> Iterator[_Gate]:
+    gate = _Gate()
+    if turn is not None:
+        gate.fd, gate._write = os.pipe()
+    try:
+        yield gate
+    finally:
+        gate.close()
+
+
+@contextlib.contextmanager
+def _reaped_if_unstarted(proc: subprocess.Popen[bytes]) -> Iterator[None]:
+    """Kill and reap the run's group when its turn is refused before supervision begins."""
+    try:
+        yield
+    except BaseException:
+        if proc.returncode is None:
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+        raise
 
 
 def _run_to_end(
@@ -375,29 +442,40 @@ def run_process(
     memory_mb: int | None = None,
     sandbox: Sandbox | None = None,
     box: Box | None = None,
+    turn: contextlib.AbstractContextManager[object] | None = None,
 ) -> RunResult:
     """Run argv in its own process group and kill the whole group when a limit is crossed.
 
     With memory_mb, the process and each process it starts may use that much memory. With
     an enabled sandbox and a box, the run is isolated (tasks/isolation/sandbox.py): memory_mb then
     also bounds its whole process tree, and its CPU time is limited.
+
+    With a turn (an agent slot, say), the run is readied first: its sandbox, proxy and
+    processes are started and held at a gate just before argv's exec. The turn is entered
+    then, argv goes at once, and the turn is left as soon as the run's processes are gone,
+    before the sandbox is torn down. What the turn raises on entry ends the held run
+    unstarted and is raised here. The time limits count from the gate.
     """
-    started = time.monotonic()
-    limits = _Limits(started, timeout_s, idle_timeout_s, should_stop)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with (
         open(log_path, "a", encoding="utf-8") as log,
         _stdin_file(stdin_text) as stdin,
-        _isolated(argv, env, sandbox, box, memory_mb) as launch,
+        _gate(turn) as gate,
+        _isolated(gate.wrap(argv), env, sandbox, box, memory_mb) as launch,
     ):
         capture = _OutputCapture(log, max_output_bytes, on_output)
         if launch is None:
-            proc = _start(argv, cwd, env, stdin, memory_mb)
+            proc = _start(gate.wrap(argv), cwd, env, stdin, memory_mb, gate_fd=gate.fd)
         else:
-            limits.cpu_s = launch.cpu_limit_s
-            limits.cpu_used = launch.cpu_seconds
-            proc = _start(launch.argv, cwd, launch.env, stdin, memory_mb, launch.setup)
-        reason = _run_to_end(proc, capture, limits)
+            proc = _start(launch.argv, cwd, launch.env, stdin, memory_mb, launch.setup, gate.fd)
+        with _reaped_if_unstarted(proc), turn or contextlib.nullcontext():
+            started = time.monotonic()
+            limits = _Limits(started, timeout_s, idle_timeout_s, should_stop)
+            if launch is not None:
+                limits.cpu_s = launch.cpu_limit_s
+                limits.cpu_used = launch.cpu_seconds
+            gate.open()
+            reason = _run_to_end(proc, capture, limits)
         output = capture.finish()
         oom_killed = launch is not None and launch.oom_killed()
         log.write(_ending(reason, proc.returncode, time.monotonic() - started, oom_killed))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from decimal import Decimal
 from functools import partial
@@ -82,33 +84,40 @@ def run_stage_agent(
     slots = agent_slots(wctx.setting("agent_slots", None))
     left = _budget_left(wctx, job, plan, config)  # before the wait: a spent plan need not wait
     asked = time.monotonic()
-    try:
-        # The machine's slot covers the agent's run alone (tasks/agent_slots.py).
+
+    @contextmanager
+    def turn() -> Iterator[Decimal | None]:
+        """The machine's slot, for the agent's run alone (tasks/agent_slots.py): the agent
+        is readied before it and started on taking it."""
         with agent_slot(wctx.settings.home, slots, should_stop):
+            limit = left
             if time.monotonic() - asked > BUDGETS_STALE_S:  # others spent while it waited
-                left = _budget_left(wctx, job, plan, config)
+                limit = _budget_left(wctx, job, plan, config)
             # The account is asked only now: a limit met while the job waited counts.
             if (wait := admit(wctx.db, account, job.id)) is not None:
                 raise Held(wait.until, f"{wait.reason}.", tell=wait.tell)
-            heard = partial(_heard, wctx, account)
-            result = run_agent(
-                spec,
-                stage=stage,
-                prompt=prompt,
-                workdir=workdir,
-                job_dir=job_dir,
-                model=job.model if job.candidate else plan.model,
-                timeout_s=float(wctx.setting("agent_timeout_s", 3600)),
-                idle_timeout_s=float(wctx.setting("agent_idle_timeout_s", 600)),
-                source_env=os.environ,
-                should_stop=should_stop,
-                spend_limit_usd=left,
-                prices=wctx.setting("prices", None),
-                memory_mb=spec.memory_limit_mb(wctx.setting("agent_memory_mb", AGENT_MEMORY_MB)),
-                sandbox=wctx.sandbox,
-                shown=git_dirs(workdir, wctx.settings.home),
-                on_answer=heard,  # the jobs waiting for this one's answer go at once
-            )
+            yield limit
+
+    heard = partial(_heard, wctx, account)
+    try:
+        result = run_agent(
+            spec,
+            stage=stage,
+            prompt=prompt,
+            workdir=workdir,
+            job_dir=job_dir,
+            model=job.model if job.candidate else plan.model,
+            timeout_s=float(wctx.setting("agent_timeout_s", 3600)),
+            idle_timeout_s=float(wctx.setting("agent_idle_timeout_s", 600)),
+            source_env=os.environ,
+            should_stop=should_stop,
+            prices=wctx.setting("prices", None),
+            memory_mb=spec.memory_limit_mb(wctx.setting("agent_memory_mb", AGENT_MEMORY_MB)),
+            sandbox=wctx.sandbox,
+            shown=git_dirs(workdir, wctx.settings.home),
+            on_answer=heard,  # the jobs waiting for this one's answer go at once
+            turn=turn(),
+        )
     except SlotWaitStopped as stopped:
         raise Stopped(str(stopped)) from stopped
     add_usage(wctx, job.id, result.usage)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tasks.isolation.runner import RunResult, run_process, sandbox_env
+from tasks.isolation.sandbox import Sandbox, SandboxConfig
 
 PY = sys.executable
 
@@ -253,3 +257,82 @@ def result_of(returncode: int | None, output: str, memory_mb: int | None = 100) 
 )
 def test_running_out_of_memory_is_told_from_other_failures(result, out_of_memory):
     assert result.out_of_memory == out_of_memory
+
+
+def _waiting(token: str) -> bool:
+    """Return True while a process whose command line holds token lives."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if token.encode() in cmdline.read_bytes():
+                return True
+        except OSError:
+            continue  # ended while we looked
+    return False
+
+
+def _boxed(tmp_path: Path, sandboxed: bool) -> dict:
+    """The runner's arguments for a run in the sandbox, or as it is."""
+    if not sandboxed:
+        return {}
+    sandbox = Sandbox(SandboxConfig(pids=64))
+    return {"sandbox": sandbox, "box": sandbox.box(tmp_path, tmp_path / "home")}
+
+
+@pytest.mark.parametrize("sandboxed", [False, True], ids=["as-it-is", "sandboxed"])
+def test_a_run_with_a_turn_is_readied_first_and_goes_when_it_takes_the_turn(tmp_path, sandboxed):
+    token = f"turn-{uuid.uuid4().hex}"
+    seen: dict[str, object] = {}
+
+    @contextlib.contextmanager
+    def turn() -> Iterator[None]:
+        seen["readied"] = _waiting(token)  # its processes are up, held at the gate
+        seen["went_early"] = (tmp_path / "went").exists()
+        time.sleep(1.5)  # longer than its time limit, which counts from the gate
+        yield
+        seen["left_at"] = time.time()
+
+    result = run_process(
+        ["sh", "-c", f": {token}; touch went; ls /proc/$$/fd; echo ended; sleep 0.3; date +%s.%N"],
+        cwd=tmp_path,
+        env={"PATH": os.environ["PATH"]},
+        log_path=tmp_path / "logs" / "run.log",
+        timeout_s=1,
+        turn=turn(),
+        **_boxed(tmp_path, sandboxed),
+    )
+    assert result.ok and not result.timed_out, result.output
+    assert seen["readied"] and not seen["went_early"]
+    assert (tmp_path / "went").exists()
+    # The turn is held until the run is over, and the run holds nothing of its gate.
+    assert float(seen["left_at"]) >= float(result.output.split()[-1])  # type: ignore[arg-type]
+    assert result.output.split("ended")[0].split() == ["0", "1", "2"]
+    assert not _waiting(token)
+
+
+@pytest.mark.parametrize("sandboxed", [False, True], ids=["as-it-is", "sandboxed"])
+def test_a_turn_refused_ends_the_readied_run_unstarted(tmp_path, sandboxed):
+    token = f"turn-{uuid.uuid4().hex}"
+    readied = []
+
+    class NoTurn(Exception):
+        pass
+
+    @contextlib.contextmanager
+    def refused() -> Iterator[None]:
+        readied.append(_waiting(token))
+        raise NoTurn("the job was stopped while it waited")
+        yield
+
+    with pytest.raises(NoTurn):
+        run_process(
+            ["sh", "-c", f": {token}; touch went"],
+            cwd=tmp_path,
+            env={"PATH": os.environ["PATH"]},
+            log_path=tmp_path / "logs" / "run.log",
+            timeout_s=30,
+            turn=refused(),
+            **_boxed(tmp_path, sandboxed),
+        )
+    assert readied == [True]
+    assert not _waiting(token)  # nothing of it is left running
+    assert not (tmp_path / "went").exists()
