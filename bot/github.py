@@ -347,10 +347,19 @@ class PullsMixin:
             if error.status not in (404, 422):
                 raise
 
-    def check_run(self, head_sha: str, name: str, external_id: str, **fields: Any) -> CheckRunRef:
-        """Create or update the check run with this external_id on head_sha."""
+    def check_run(
+        self, head_sha: str, name: str, external_id: str, *, new_commit: bool = False, **fields: Any
+    ) -> CheckRunRef:
+        """Create or update the check run with this external_id on head_sha. A new_commit
+        (one gaffer just made and pushed) can have no check run yet: the first try creates
+        without looking; a try again after a failure looks first, as it may have landed."""
         body = _check_run_body(self.mask, fields)
-        return self.writes.rewrite(lambda: self._write_check_run(head_sha, name, external_id, body))
+        tries = itertools.count()
+        return self.writes.rewrite(
+            lambda: self._write_check_run(
+                head_sha, name, external_id, body, look=not (new_commit and next(tries) == 0)
+            )
+        )
 
     def update_check_run(self, run_id: int, **fields: Any) -> CheckRunRef:
         """Update the check run gaffer made with id run_id (an update is safe to repeat)."""
@@ -359,10 +368,10 @@ class PullsMixin:
         return self.writes.rewrite(lambda: _check_run_ref(self._send("PATCH", path, body)))
 
     def _write_check_run(
-        self, head_sha: str, name: str, external_id: str, body: dict[str, Any]
+        self, head_sha: str, name: str, external_id: str, body: dict[str, Any], *, look: bool
     ) -> CheckRunRef:
         runs = f"/repos/{self.full_name}/check-runs"
-        existing = self._find_check_run(head_sha, name, external_id)
+        existing = self._find_check_run(head_sha, name, external_id) if look else None
         if existing is None:
             made = {"name": name, "head_sha": head_sha, "external_id": external_id, **body}
             return _check_run_ref(self._send("POST", runs, made))

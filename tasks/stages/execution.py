@@ -168,11 +168,13 @@ def _prepare(
     mirror = mirror_path(wctx.settings.home, plan.repository.full_name)
     branch = plan.branch or branch_name(plan.issue_number, plan.issue_title)
     # The pushed branch is the truth: a resumed or revised plan continues from it.
-    start = pushed_head(mirror, branch) or plan.base_sha or ""
-    create_branch(worktree, branch, start)
+    pushed = pushed_head(mirror, branch)
+    create_branch(worktree, branch, pushed or plan.base_sha or "")
     _save(wctx, plan.id, branch=branch)
     plan.branch = branch
-    return workspace_for(wctx, job, plan, client, config, worktree)
+    space = workspace_for(wctx, job, plan, client, config, worktree)
+    space.branch_on_origin = pushed is not None
+    return space
 
 
 def workspace_for(
@@ -298,7 +300,8 @@ def commit_and_push(space: Workspace) -> str:
     ignored = agent_of(space.wctx, plan, space.job).ignore
     left_behind = [f":(exclude){pattern}" for pattern in ignored]
     worktree_git(worktree, ["add", "--all", "--", ".", *left_behind])
-    if worktree_git(worktree, ["diff", "--cached", "--name-only"]):
+    committed = bool(worktree_git(worktree, ["diff", "--cached", "--name-only"]))
+    if committed:
         candidate = f", candidate c{space.job.candidate}" if space.job.candidate else ""
         message = (
             f"gaffer: {plan.issue_title}\n\n"
@@ -306,10 +309,14 @@ def commit_and_push(space: Workspace) -> str:
         )
         worktree_git(worktree, ["commit", "--quiet", "--no-verify", "-m", message])
     branch = plan.branch or ""
-    if space.client.branch_protected(branch):
+    # A branch origin lacks is protected by nothing yet; GitHub answers 404 for it.
+    if space.branch_on_origin and space.client.branch_protected(branch):
         raise StopWork(f"gaffer never pushes to the protected branch {branch!r}")
     token = space.wctx.github_app.token(plan.installation_id)
-    return push_branch(space.mirror, branch, plan.clone_url, token, set(), space.default_branch)
+    head = push_branch(space.mirror, branch, plan.clone_url, token, set(), space.default_branch)
+    space.branch_on_origin = True
+    space.new_head = head if committed else None
+    return head
 
 
 def _moved(space: Workspace, event: Event, *, beside_job: bool = False, **changes: Any) -> None:

@@ -79,6 +79,7 @@ def verify(space: Workspace, head_sha: str) -> Verdict:
             _complete(space, head_sha, name, ext, output, None)
             if output.conclusion == "failure":
                 verdict.failures.append((name, output.summary))
+    space.new_head = None  # its check runs are posted now
     return verdict
 
 
@@ -86,7 +87,12 @@ def _run_check(space: Workspace, head_sha: str, check: Check) -> tuple[CheckOutp
     name = check.name
     ext = external_id(space.plan.id, name, head_sha)
     ref = space.client.check_run(
-        head_sha, check_run_name(name), ext, status="in_progress", started_at=datetime.now(UTC)
+        head_sha,
+        check_run_name(name),
+        ext,
+        new_commit=head_sha == space.new_head,
+        status="in_progress",
+        started_at=datetime.now(UTC),
     )
     sandbox = space.wctx.sandbox
     # A Check's name is a short name (bot/repo_config.py refuses any other), so these
@@ -254,7 +260,8 @@ def _complete(
     }
     client = space.client
     if check_run_id is None:
-        ref = client.check_run(head_sha, check_run_name(name), ext, **done)
+        fresh = head_sha == space.new_head
+        ref = client.check_run(head_sha, check_run_name(name), ext, new_commit=fresh, **done)
     else:
         ref = client.update_check_run(check_run_id, **done)
     for batch in more:

@@ -73,6 +73,10 @@ class Workspace:
     lessons: list[Offered] = field(default_factory=list)
     # What shows the plan on its issue, if the job keeps one for its whole length.
     teller: Teller | None = None
+    # Whether origin has the plan branch (a new one is not protected: no need to ask).
+    branch_on_origin: bool = True
+    # A commit this job made and pushed, not yet verified: GitHub holds no check run for it.
+    new_head: str | None = None
 
     @property
     def dir(self) -> Path:

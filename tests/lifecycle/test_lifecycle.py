@@ -58,6 +58,10 @@ def test_labeled_to_pull_request_from_the_approved_sha(flow: IssueFlow, worker) 
     assert runs["gaffer/tests"]["conclusion"] == "success"
     assert runs["gaffer/tests"]["head_sha"] == plan.head_sha
     assert runs["gaffer/diff"]["conclusion"] in ("success", "neutral")
+    # A new branch and a commit gaffer just made: GitHub holds no protection for the one and
+    # no check run for the other, so gaffer asks for neither before it writes.
+    asked = [r.path for r in flow.github.requests if r.method == "GET"]
+    assert not [path for path in asked if "/branches/gaffer/" in path or "/check-runs" in path]
     assert f"/approve-diff {plan.head_sha}" in flow.status()
     flow.comment(f"/approve-diff {plan.head_sha[:10]}")
     plan = flow.wait_state(PlanState.PR_OPEN)
