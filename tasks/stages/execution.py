@@ -57,7 +57,6 @@ def run_execution(wctx: WorkerContext, job: Job) -> None:
     client = wctx.client(plan.installation_id, plan.repository.full_name)
     # Its own client: a GitHub client is not to be shared between threads.
     teller = Teller(wctx.db, wctx.client(plan.installation_id, plan.repository.full_name), plan.id)
-    teller.show(beside_job=True)  # "executing", while the worktree is readied
     shown = False
     try:
         config = fetch_repo_config(client, wctx.setting("defaults", None))
@@ -233,6 +232,10 @@ def _work_and_verify(space: Workspace) -> None:
     prompt = execute_prompt(
         stage_guidance(space, names), space.issue, space.plan_text, feedback=space.job.feedback
     )
+    if space.teller is not None:
+        # "executing", shown beside the agent: on a busy machine, the showing would slow the
+        # readying of the work it announces.
+        space.teller.show(beside_job=True)
     agent_run(space, stage, prompt)
     head = commit_and_push(space)
     while True:
