@@ -222,3 +222,14 @@ def add_plan(session: Session, state: PlanState = PlanState.PLANNING) -> Plan:
     session.add(plan)
     session.flush()
     return plan
+
+
+def running_with(token: str) -> bool:
+    """Return True while a process whose command line holds token lives."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if token.encode() in cmdline.read_bytes():
+                return True
+        except OSError:
+            continue  # it ended while we looked
+    return False

@@ -347,6 +347,7 @@ def _start(
     )
 
 
+# What a readied run execs last before argv: it waits for one byte on the gate's pipe.
 GATE_SCRIPT = (
     "import os, sys\n"
     "gate = int(sys.argv[1])\n"
@@ -358,44 +359,41 @@ GATE_SCRIPT = (
 
 
 class _Gate:
-    """Where a readied run waits for its turn: the last step before argv's exec reads one
-    line from a pipe that gaffer writes when the turn comes. A closed pipe, gaffer gone
-    or the turn refused, ends the run unstarted."""
+    """Where a readied run waits for its turn: its last step before argv's exec reads a
+    byte from a pipe that gaffer writes when the turn comes. A pipe closed unwritten (the
+    turn refused, or gaffer gone) ends the run unstarted. Without a turn, no gate."""
 
-    def __init__(self) -> None:
-        self.fd: int | None = None  # the read end, handed to the run
+    def __init__(self, turn: contextlib.AbstractContextManager[object] | None) -> None:
+        # The read end is handed to the run; the write end stays here.
+        self.fd: int | None = None
         self._write: int | None = None
+        if turn is not None:
+            self.fd, self._write = os.pipe()
+
+    def __enter__(self) -> _Gate:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._close()
 
     def wrap(self, argv: Sequence[str]) -> list[str]:
         if self.fd is None:
             return list(argv)
-        # The worker's own Python, which every sandbox shows: a shell names no descriptor
-        # past 9. Its start is paid before the gate; after it, only the exec.
+        # The worker's own Python, which every sandbox shows (a shell names no descriptor
+        # past 9). Its start is paid before the gate; after it, only the exec.
         return [sys.executable, "-I", "-S", "-c", GATE_SCRIPT, str(self.fd), *argv]
 
     def open(self) -> None:
-        if self._write is None:
-            return
-        with contextlib.suppress(BrokenPipeError):  # the run already ended; supervision says how
-            os.write(self._write, b"go\n")
-        self.close()
+        if self._write is not None:
+            with contextlib.suppress(BrokenPipeError):  # it ended already: supervision says how
+                os.write(self._write, b"g")
+        self._close()
 
-    def close(self) -> None:
+    def _close(self) -> None:
         for fd in (self.fd, self._write):
             if fd is not None:
                 os.close(fd)
         self.fd = self._write = None
-
-
-@contextlib.contextmanager
-def _gate(turn: contextlib.AbstractContextManager[object] | None) -> Iterator[_Gate]:
-    gate = _Gate()
-    if turn is not None:
-        gate.fd, gate._write = os.pipe()
-    try:
-        yield gate
-    finally:
-        gate.close()
 
 
 @contextlib.contextmanager
@@ -460,14 +458,16 @@ def run_process(
     with (
         open(log_path, "a", encoding="utf-8") as log,
         _stdin_file(stdin_text) as stdin,
-        _gate(turn) as gate,
+        _Gate(turn) as gate,
         _isolated(gate.wrap(argv), env, sandbox, box, memory_mb) as launch,
     ):
         capture = _OutputCapture(log, max_output_bytes, on_output)
         if launch is None:
             proc = _start(gate.wrap(argv), cwd, env, stdin, memory_mb, gate_fd=gate.fd)
         else:
-            proc = _start(launch.argv, cwd, launch.env, stdin, memory_mb, launch.setup, gate.fd)
+            proc = _start(
+                launch.argv, cwd, launch.env, stdin, memory_mb, launch.setup, gate_fd=gate.fd
+            )
         with _reaped_if_unstarted(proc), turn or contextlib.nullcontext():
             started = time.monotonic()
             limits = _Limits(started, timeout_s, idle_timeout_s, should_stop)

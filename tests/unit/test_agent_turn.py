@@ -14,19 +14,9 @@ from bot.models import Job, PlanState, Stage
 from bot.repo_config import load_repo_config
 from tasks.stages import stage_agent
 from tasks.stages.stage_agent import OverBudget, run_stage_agent
-from tests.support import add_plan, wait_for
+from tests.support import add_plan, running_with, wait_for
 
 SCRIPT = "```gaffer-script\nexecute:\n  - write: {path: done.txt, content: x}\n```\n"
-
-
-def _running_with(token: str) -> bool:
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if token.encode() in cmdline.read_bytes():
-                return True
-        except OSError:
-            continue
-    return False
 
 
 def _take_every_slot(home: Path, count: int = 2) -> list[int]:
@@ -68,7 +58,7 @@ def test_a_budget_spent_while_the_agent_waited_for_its_slot_stops_it_unstarted(
     try:
         running.start()
         # Readied while it waits: its processes are up, held before the agent's exec.
-        wait_for(lambda: _running_with(str(job_dir)), timeout=30, what="the readied agent")
+        wait_for(lambda: running_with(str(job_dir)), timeout=30, what="the readied agent")
         with wctx.db.session() as session:  # another job of the plan spends its budget
             session.get_one(Job, other.id).cost_usd = Decimal("1.50")
         time.sleep(0.2)
@@ -80,7 +70,7 @@ def test_a_budget_spent_while_the_agent_waited_for_its_slot_stops_it_unstarted(
     assert len(outcome) == 1 and isinstance(outcome[0], OverBudget), outcome
     assert "reached its budget of $1.00" in str(outcome[0])
     assert not (worktree / "done.txt").exists()  # the agent never ran
-    assert not _running_with(str(job_dir))  # and nothing readied for it is left
+    assert not running_with(str(job_dir))  # and nothing readied for it is left
 
 
 def test_an_agent_readied_before_its_slot_runs_once_the_slot_frees(wctx, tmp_path) -> None:
@@ -104,7 +94,7 @@ def test_an_agent_readied_before_its_slot_runs_once_the_slot_frees(wctx, tmp_pat
     )
     try:
         running.start()
-        wait_for(lambda: _running_with(str(job_dir)), timeout=30, what="the readied agent")
+        wait_for(lambda: running_with(str(job_dir)), timeout=30, what="the readied agent")
         time.sleep(0.2)
         assert not (worktree / "done.txt").exists()  # held at its gate
     finally:

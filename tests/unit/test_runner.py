@@ -14,6 +14,7 @@ import pytest
 
 from tasks.isolation.runner import RunResult, run_process, sandbox_env
 from tasks.isolation.sandbox import Sandbox, SandboxConfig
+from tests.support import running_with
 
 PY = sys.executable
 
@@ -259,17 +260,6 @@ def test_running_out_of_memory_is_told_from_other_failures(result, out_of_memory
     assert result.out_of_memory == out_of_memory
 
 
-def _waiting(token: str) -> bool:
-    """Return True while a process whose command line holds token lives."""
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if token.encode() in cmdline.read_bytes():
-                return True
-        except OSError:
-            continue  # ended while we looked
-    return False
-
-
 def _boxed(tmp_path: Path, sandboxed: bool) -> dict:
     """The runner's arguments for a run in the sandbox, or as it is."""
     if not sandboxed:
@@ -285,7 +275,7 @@ def test_a_run_with_a_turn_is_readied_first_and_goes_when_it_takes_the_turn(tmp_
 
     @contextlib.contextmanager
     def turn() -> Iterator[None]:
-        seen["readied"] = _waiting(token)  # its processes are up, held at the gate
+        seen["readied"] = running_with(token)  # its processes are up, held at the gate
         seen["went_early"] = (tmp_path / "went").exists()
         time.sleep(1.5)  # longer than its time limit, which counts from the gate
         yield
@@ -306,7 +296,7 @@ def test_a_run_with_a_turn_is_readied_first_and_goes_when_it_takes_the_turn(tmp_
     # The turn is held until the run is over, and the run holds nothing of its gate.
     assert float(seen["left_at"]) >= float(result.output.split()[-1])  # type: ignore[arg-type]
     assert result.output.split("ended")[0].split() == ["0", "1", "2"]
-    assert not _waiting(token)
+    assert not running_with(token)
 
 
 @pytest.mark.parametrize("sandboxed", [False, True], ids=["as-it-is", "sandboxed"])
@@ -319,7 +309,7 @@ def test_a_turn_refused_ends_the_readied_run_unstarted(tmp_path, sandboxed):
 
     @contextlib.contextmanager
     def refused() -> Iterator[None]:
-        readied.append(_waiting(token))
+        readied.append(running_with(token))
         raise NoTurn("the job was stopped while it waited")
         yield
 
@@ -334,5 +324,5 @@ def test_a_turn_refused_ends_the_readied_run_unstarted(tmp_path, sandboxed):
             **_boxed(tmp_path, sandboxed),
         )
     assert readied == [True]
-    assert not _waiting(token)  # nothing of it is left running
+    assert not running_with(token)  # nothing of it is left running
     assert not (tmp_path / "went").exists()
