@@ -240,10 +240,12 @@ LARGE = [
 
 @pytest.mark.parametrize("body", [c[1] for c in LARGE], ids=[c[0] for c in LARGE])
 def test_large_comments_parse_quickly(body: str) -> None:
-    started = time.perf_counter()
+    # The parser is linear: well under a second of CPU on these, even on a slow machine. One
+    # that backtracks or rescans (quadratic on 1 MB) takes hours. Counted in this process's
+    # CPU time, so a busy machine running other tests beside it cannot fail the bound.
+    started = time.process_time()
     parse_comment(body)
-    # Generous bound: the parser is linear and takes well under 0.2 s on these.
-    assert time.perf_counter() - started < 2.0
+    assert time.process_time() - started < 30.0
 
 
 def test_registry_names_are_unique_lower_case() -> None:
