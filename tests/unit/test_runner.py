@@ -260,12 +260,23 @@ def test_running_out_of_memory_is_told_from_other_failures(result, out_of_memory
     assert result.out_of_memory == out_of_memory
 
 
-def _boxed(tmp_path: Path, sandboxed: bool) -> dict:
-    """The runner's arguments for a run in the sandbox, or as it is."""
-    if not sandboxed:
-        return {}
-    sandbox = Sandbox(SandboxConfig(pids=64))
-    return {"sandbox": sandbox, "box": sandbox.box(tmp_path, tmp_path / "home")}
+def _run_in_turn(
+    tmp_path: Path, script: str, turn: contextlib.AbstractContextManager, sandboxed: bool, **limits
+) -> RunResult:
+    """Run a shell script with a turn, in the sandbox or as it is."""
+    boxed: dict = {}
+    if sandboxed:
+        sandbox = Sandbox(SandboxConfig(pids=64))
+        boxed = {"sandbox": sandbox, "box": sandbox.box(tmp_path, tmp_path / "home")}
+    return run_process(
+        ["sh", "-c", script],
+        cwd=tmp_path,
+        env={"PATH": os.environ["PATH"]},
+        log_path=tmp_path / "logs" / "run.log",
+        turn=turn,
+        **boxed,
+        **limits,
+    )
 
 
 @pytest.mark.parametrize("sandboxed", [False, True], ids=["as-it-is", "sandboxed"])
@@ -281,15 +292,8 @@ def test_a_run_with_a_turn_is_readied_first_and_goes_when_it_takes_the_turn(tmp_
         yield
         seen["left_at"] = time.time()
 
-    result = run_process(
-        ["sh", "-c", f": {token}; touch went; ls /proc/$$/fd; echo ended; sleep 0.3; date +%s.%N"],
-        cwd=tmp_path,
-        env={"PATH": os.environ["PATH"]},
-        log_path=tmp_path / "logs" / "run.log",
-        timeout_s=1,
-        turn=turn(),
-        **_boxed(tmp_path, sandboxed),
-    )
+    script = f": {token}; touch went; ls /proc/$$/fd; echo ended; sleep 0.3; date +%s.%N"
+    result = _run_in_turn(tmp_path, script, turn(), sandboxed, timeout_s=1)
     assert result.ok and not result.timed_out, result.output
     assert seen["readied"] and not seen["went_early"]
     assert (tmp_path / "went").exists()
@@ -314,15 +318,7 @@ def test_a_turn_refused_ends_the_readied_run_unstarted(tmp_path, sandboxed):
         yield
 
     with pytest.raises(NoTurn):
-        run_process(
-            ["sh", "-c", f": {token}; touch went"],
-            cwd=tmp_path,
-            env={"PATH": os.environ["PATH"]},
-            log_path=tmp_path / "logs" / "run.log",
-            timeout_s=30,
-            turn=refused(),
-            **_boxed(tmp_path, sandboxed),
-        )
+        _run_in_turn(tmp_path, f": {token}; touch went", refused(), sandboxed, timeout_s=30)
     assert readied == [True]
     assert not running_with(token)  # nothing of it is left running
     assert not (tmp_path / "went").exists()
