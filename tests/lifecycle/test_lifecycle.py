@@ -12,7 +12,7 @@ from bot.models import Approval, Job, PlanState
 from double.driver import IssueFlow
 from double.origin import commit_to_origin
 from tests.conftest import INSTALLATION_ID, REPO
-from tests.support import WEBHOOK_SECRET, wait_for
+from tests.support import WEBHOOK_SECRET, running_with, wait_for
 
 CONFIG = """\
 checks:
@@ -118,7 +118,7 @@ def test_cancel_mid_run_kills_the_agent_and_cleans_up(flow: IssueFlow, worker) -
     flow.body = script("- print: started\n- sleep: 60\n" + GOOD)
     approved(flow)
     flow.wait_state(PlanState.EXECUTING)
-    wait_for(lambda: _processes_running("tasks.agents.script_agent"), what="the agent to run")
+    wait_for(lambda: running_with("tasks.agents.script_agent"), what="the agent to run")
     flow.comment("/cancel")
     flow.wait_state(PlanState.CANCELLED)
     with flow.app.extensions["gaffer_db"].session() as session:
@@ -128,9 +128,7 @@ def test_cancel_mid_run_kills_the_agent_and_cleans_up(flow: IssueFlow, worker) -
         )
     assert flow.github.pulls(REPO) == []
     # The sleeping agent is gone: nothing runs the script any more.
-    wait_for(
-        lambda: not _processes_running("tasks.agents.script_agent"), what="the agent to be killed"
-    )
+    wait_for(lambda: not running_with("tasks.agents.script_agent"), what="the agent to be killed")
 
 
 def test_a_check_that_hangs_is_timed_out(flow: IssueFlow, worker) -> None:
@@ -163,16 +161,6 @@ def test_a_diff_touching_a_protected_path_fails_the_diff_check(flow: IssueFlow, 
 def _execute_job(flow: IssueFlow) -> Job:
     with flow.app.extensions["gaffer_db"].session() as session:
         return session.scalars(select(Job).where(Job.stage == "execute")).one()
-
-
-def _processes_running(needle: str) -> bool:
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if needle.encode() in cmdline.read_bytes():
-                return True
-        except OSError:
-            continue
-    return False
 
 
 def test_approval_rows_bind_what_was_approved(flow: IssueFlow, worker) -> None:
