@@ -39,13 +39,15 @@ def _make_engine(url: str) -> Engine:
     if path and path != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url, connect_args={"timeout": 30})
-    event.listen(engine, "connect", _sqlite_pragmas)
+    event.listen(engine, "connect", sqlite_pragmas)
     return engine
 
 
-def _sqlite_pragmas(connection: Any, _record: Any) -> None:
-    # The web server, the worker and beat share one file: WAL lets readers and one
-    # writer proceed together, and foreign keys are off by default in SQLite.
+def sqlite_pragmas(connection: Any, _record: Any) -> None:
+    """Set up a new SQLite connection of gaffer's (also the embedded broker's).
+
+    The web server, the worker and beat share one file: WAL lets readers and one writer
+    proceed together, and foreign keys are off by default in SQLite."""
     cursor = connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA foreign_keys=ON")

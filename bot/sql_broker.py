@@ -22,9 +22,10 @@ from time import monotonic, sleep
 from typing import Any
 
 from kombu.transport import sqlalchemy as kombu_sql
-from sqlalchemy import inspect
+from sqlalchemy import event, inspect
 from sqlalchemy.exc import IntegrityError
 
+from bot.db import sqlite_pragmas
 from bot.doorbell import Doorbell
 
 TRANSPORT = "bot.sql_broker:Transport"
@@ -38,6 +39,15 @@ QUEUE_ROW_WAIT_S = 0.05
 
 
 class Channel(kombu_sql.Channel):
+    def _engine_from_config(self) -> Any:
+        """kombu's engine, with SQLite in its write-ahead log as gaffer's own database is
+        (bot/db.py): a worker reading the queue never holds up the web side's put, and a
+        commit syncs one file, not a journal, the database and its folder."""
+        engine = super()._engine_from_config()
+        if engine.dialect.name == "sqlite":
+            event.listen(engine, "connect", sqlite_pragmas)
+        return engine
+
     def _get_or_create(self, queue: str) -> Any:
         """The queue's row, made if missing. kombu's own gives up quietly when a busy
         database refuses its commit, handing back a row never stored; a message put with it

@@ -84,8 +84,10 @@ def git(
     timeout: float = 600,
     git_dir: Path | None = None,
     answers: tuple[int, ...] = (0,),
+    stdin: str | None = None,
 ) -> str:
-    """Run one git command and return its stdout without the trailing newline.
+    """Run one git command, with stdin as its input, and return its stdout without the
+    trailing newline.
 
     With git_dir, cwd is the work tree and its `.git` (which an agent could rewrite) is
     never read. answers: the exit codes that are answers, not failures (`merge-tree` says
@@ -97,13 +99,14 @@ def git(
         argv,
         cwd=cwd,
         env=git_env(token),
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
+    given = None if stdin is None else stdin.encode()
     try:
-        out, err = proc.communicate(timeout=timeout)
+        out, err = proc.communicate(given, timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()

@@ -187,10 +187,9 @@ def merge_conflicts(repo: Path, head_sha: str, others: Sequence[tuple[str, str]]
     """The files a merge of head with each other commit (name, commit-ish) would conflict in;
     a commit the repository does not have (another machine's unpushed work) is skipped."""
     found = []
+    held = commits_held(repo, [commit for _, commit in others])
     for name, commit in others:
-        if not git(
-            ["rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"], cwd=repo, answers=(0, 1)
-        ):
+        if commit not in held:
             continue
         merged = git(
             ["merge-tree", "--write-tree", "--name-only", "--no-messages", head_sha, commit],
@@ -201,6 +200,17 @@ def merge_conflicts(repo: Path, head_sha: str, others: Sequence[tuple[str, str]]
         if files:
             found.append(Conflict(name, files))
     return found
+
+
+def commits_held(repo: Path, commits: Sequence[str]) -> set[str]:
+    """Those of commits (commit-ish) that repo has as commits, asked of one git process."""
+    if not commits:
+        return set()
+    asked = "".join(f"{commit}^{{commit}}\n" for commit in commits)
+    found = git(["cat-file", "--batch-check=%(objecttype)"], cwd=repo, stdin=asked)
+    return {
+        commit for commit, line in zip(commits, found.splitlines(), strict=True) if line == "commit"
+    }
 
 
 def changed_files(repo: Path, base_sha: str, head_sha: str) -> list[FileChange]:

@@ -4,6 +4,7 @@ woken when there is work rather than on a timer."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -104,6 +105,30 @@ def test_a_worker_with_no_room_takes_the_next_message_once_it_acknowledges_one(
             held[0].ack()
             waiting.join(timeout=WELL_BEFORE_ITS_NEXT_LOOK)
     assert got == ["first", "second"]
+
+
+def test_a_put_is_not_held_up_by_a_worker_reading_the_queue(tmp_path: Path) -> None:
+    """The web side stores a delivery's task while a worker reads the queue: in SQLite's
+    write-ahead log a reader never blocks a writer. (In its default rollback journal, the
+    put would wait out the reader, for up to SQLite's 30 s busy timeout.)"""
+    url = f"sqlite:///{tmp_path / 'broker.sqlite'}"
+    with Connection(url, transport=TRANSPORT) as web:
+        Queue("github").bind(web.default_channel).declare()
+        reader = sqlite3.connect(tmp_path / "broker.sqlite", isolation_level=None)
+        try:
+            reader.execute("BEGIN")
+            reader.execute("SELECT count(*) FROM kombu_message").fetchone()  # holds its read
+            put = threading.Thread(
+                target=web.default_channel._put, args=("github", _message("stored")), daemon=True
+            )
+            put.start()
+            put.join(timeout=20)
+            stored_while_read = not put.is_alive()
+        finally:
+            reader.close()
+        put.join()
+        assert stored_while_read
+        assert web.default_channel._size("github") == 1
 
 
 # A worker in these tests looks for messages on its own once an hour: one it gets within

@@ -294,9 +294,15 @@ def test_a_predicted_merge_conflict_names_the_other_work_and_its_files(tmp_path:
     sibling = _commit(repo, "sibling")
     git(["checkout", "--quiet", "-b", "elsewhere", base], cwd=repo)
     _write(repo, {"other.py": "X = 3\n"})
-    apart = _commit(repo, "touches only other.py")
+    _commit(repo, "touches only other.py")
 
-    others = [("plan #7 (octo/widgets#3)", sibling), ("`main`", apart), ("gone", "f" * 40)]
+    tree = git(["rev-parse", f"{base}^{{tree}}"], cwd=repo)
+    others = [
+        ("plan #7 (octo/widgets#3)", sibling),
+        ("`main`", "refs/heads/elsewhere"),  # at `apart`
+        ("gone", "f" * 40),  # another machine's unpushed work
+        ("not a commit", tree),
+    ]
     conflicts = merge_conflicts(repo, mine, others)
     assert conflicts == [Conflict("plan #7 (octo/widgets#3)", ("widgets.py",))]
     verdict = analyse(
