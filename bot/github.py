@@ -644,13 +644,18 @@ class RepoClient(PullsMixin):
         if issue.state != "closed":
             self.writes.rewrite(lambda: issue.edit(state="closed", state_reason="completed"))
 
-    def upsert_status(self, number: int, body: str, known_id: int | None) -> int:
-        """Edit gaffer's one status comment on the issue, creating it only if none exists."""
-        body = self.mask(body)
-        return self.writes.rewrite(lambda: self._write_status(number, body, known_id))
+    def upsert_status(
+        self, number: int, body: str, known_id: int | None, *, changed: bool = False
+    ) -> int:
+        """Edit gaffer's one status comment on the issue, creating it only if none exists.
 
-    def _write_status(self, number: int, body: str, known_id: int | None) -> int:
-        if known_id is not None and self._edit_comment(known_id, body):
+        changed: gaffer last wrote something else there, so the comment is written without
+        being read first (a comment someone deleted meanwhile is still found out)."""
+        body = self.mask(body)
+        return self.writes.rewrite(lambda: self._write_status(number, body, known_id, changed))
+
+    def _write_status(self, number: int, body: str, known_id: int | None, changed: bool) -> int:
+        if known_id is not None and self._edit_comment(known_id, body, read_first=not changed):
             return known_id
         # A create that timed out may have posted the comment: look by marker before creating.
         issue = self.issue(number)
@@ -661,18 +666,21 @@ class RepoClient(PullsMixin):
             comment.edit(body)
         return int(comment.id)
 
-    def _edit_comment(self, comment_id: int, body: str) -> bool:
-        """Make a comment say body, reading it by id (not through its issue, a request
-        more) and writing only if it says something else; False if it is gone."""
+    def _edit_comment(self, comment_id: int, body: str, *, read_first: bool = True) -> bool:
+        """Make a comment say body, writing only if it says something else: read by id
+        (not through its issue, a request more) unless read_first is False. False if the
+        comment is gone."""
         path = f"/repos/{self.full_name}/issues/comments/{comment_id}"
         try:
-            _, comment = self.gh.requester.requestJsonAndCheck("GET", path)
+            if read_first:
+                _, comment = self.gh.requester.requestJsonAndCheck("GET", path)
+                if comment.get("body") == body:
+                    return True
+            self.gh.requester.requestJsonAndCheck("PATCH", path, input={"body": body})
         except GithubException as error:
             if error.status == 404:
                 return False
             raise
-        if comment.get("body") != body:
-            self.gh.requester.requestJsonAndCheck("PATCH", path, input={"body": body})
         return True
 
     def _status_comment(self, issue: Any) -> Any:
@@ -700,21 +708,49 @@ class RepoClient(PullsMixin):
             raise
         return True
 
-    def set_state_label(self, number: int, state: str) -> None:
-        """Give the issue exactly one `gaffer: <state>` label."""
-        self.writes.rewrite(lambda: self._write_state_label(number, state))
+    def set_state_label(self, number: int, state: str, *, was: str | None = None) -> None:
+        """Give the issue exactly one `gaffer: <state>` label.
+
+        was: the state gaffer last labelled the issue with. When it is another, the label is
+        added first and the other state labels GitHub's answer lists are removed: two
+        writes, no read. Otherwise the labels are read first, so an unchanged state costs
+        a read, never a write."""
+        if was is not None and was != state:
+            self.writes.rewrite(lambda: self._change_state_label(number, state))
+        else:
+            self.writes.rewrite(lambda: self._write_state_label(number, state))
+
+    def _change_state_label(self, number: int, state: str) -> None:
+        wanted = LABEL_PREFIX + state
+        for label in self._add_label(number, wanted):
+            if label["name"].startswith(LABEL_PREFIX) and label["name"] != wanted:
+                self._remove_label(number, label["name"])
 
     def _write_state_label(self, number: int, state: str) -> None:
         issue = self.issue(number)
         wanted = LABEL_PREFIX + state
         for label in issue.labels:
             if label.name.startswith(LABEL_PREFIX) and label.name != wanted:
-                self._remove_label(issue, label.name)
+                self._remove_label(number, label.name)
         if wanted not in {label.name for label in issue.labels}:
-            # PyGithub sends a bare list here; GitHub documents the object form.
-            self.gh.requester.requestJsonAndCheck(
-                "POST", f"{issue.url}/labels", input={"labels": [wanted]}
-            )
+            self._add_label(number, wanted)
+
+    def _add_label(self, number: int, name: str) -> list[dict[str, Any]]:
+        """Add a label to the issue; GitHub answers with all of the issue's labels."""
+        # PyGithub sends a bare list here; GitHub documents the object form.
+        _, labels = self.gh.requester.requestJsonAndCheck(
+            "POST", f"/repos/{self.full_name}/issues/{number}/labels", input={"labels": [name]}
+        )
+        return list(labels)
+
+    def _remove_label(self, number: int, name: str) -> None:
+        # Another worker may have swapped the label a moment ago; gone is what we want.
+        path = f"/repos/{self.full_name}/issues/{number}/labels/{quote(name, safe='')}"
+        try:
+            self.gh.requester.requestJsonAndCheck("DELETE", path)
+        except GithubException as error:
+            if error.status != 404:
+                raise
 
     def issue_thread(self, number: int) -> tuple[Any, list[Any]]:
         """Return the issue and its people's comments, gaffer's left out."""
@@ -724,14 +760,6 @@ class RepoClient(PullsMixin):
     def default_branch_sha(self) -> str:
         """Return the commit the default branch points at now."""
         return str(self.repo.get_branch(self.repo.default_branch).commit.sha)
-
-    def _remove_label(self, issue: Any, name: str) -> None:
-        # Another worker may have swapped the label a moment ago; gone is what we want.
-        try:
-            issue.remove_from_labels(name)
-        except GithubException as error:
-            if error.status != 404:
-                raise
 
     def file_on_default_branch(self, path: str) -> str | None:
         """Return a file's text from the default branch, or None when it is not there."""

@@ -193,6 +193,10 @@ class Plan(Base):
     status_comment_id: Mapped[int | None] = mapped_column(BigInteger)
     # Set by the one publisher posting the first status comment, so no other posts one too.
     status_claimed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # What gaffer last put on the issue (bot/status.py): a digest of the status comment's
+    # text and the state it labelled. They only spare GitHub reads: a write never trusts them.
+    status_shown: Mapped[str | None] = mapped_column(String(64))
+    label_shown: Mapped[str | None] = mapped_column(String(40))
     last_error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
@@ -44,6 +45,13 @@ class _Shown:
     state: PlanState
     number: int
     comment_id: int | None
+    # What gaffer last put there: a digest of the comment's text, and the labelled state.
+    body_was: str | None = None
+    label_was: str | None = None
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.body.encode()).hexdigest()
 
 
 def publish_status(db: Database, client: RepoClient, plan_id: int) -> None:
@@ -70,11 +78,15 @@ def _show(db: Database, client: RepoClient, plan_id: int, rounds: int) -> None:
             # posted and shows whatever this one would have: there is nothing to add.
             return
         _post_first(db, client, plan_id, shown)
-    elif (comment_id := client.upsert_status(shown.number, shown.body, shown.comment_id)) != (
-        shown.comment_id
-    ):
-        _remember(db, plan_id, comment_id)  # someone deleted the comment; it was posted again
-    client.set_state_label(shown.number, shown.state.value)
+    else:
+        changed = shown.body_was not in (None, shown.digest)
+        comment_id = client.upsert_status(
+            shown.number, shown.body, shown.comment_id, changed=changed
+        )
+        if comment_id != shown.comment_id:
+            _remember(db, plan_id, comment_id)  # someone deleted the comment; it was posted again
+    client.set_state_label(shown.number, shown.state.value, was=shown.label_was)
+    _shown(db, plan_id, shown)
     # A change that committed while this was written would leave the issue showing an
     # older status (this writer landing last, or a publisher that left it to us): show it.
     now = _render(db, client, plan_id)
@@ -147,7 +159,14 @@ def _render(db: Database, client: RepoClient, plan_id: int) -> _Shown:
         split_into=split_into,
         candidates=candidates,
     )
-    return _Shown(body, plan.state, plan.issue_number, plan.status_comment_id)
+    return _Shown(
+        body,
+        plan.state,
+        plan.issue_number,
+        plan.status_comment_id,
+        body_was=plan.status_shown,
+        label_was=plan.label_shown,
+    )
 
 
 def _claim_first_post(db: Database, plan_id: int) -> bool:
@@ -180,6 +199,20 @@ def _remember(db: Database, plan_id: int, comment_id: int) -> None:
             update(Plan)
             .where(Plan.id == plan_id)
             .values(status_comment_id=comment_id, status_claimed_at=None)
+        )
+
+
+def _shown(db: Database, plan_id: int, shown: _Shown) -> None:
+    """Note what is on the issue now, so the next publisher can write without reading."""
+    with db.session() as session:
+        session.execute(
+            update(Plan)
+            .where(Plan.id == plan_id)
+            .values(
+                status_shown=shown.digest,
+                label_shown=shown.state.value,
+                updated_at=Plan.updated_at,  # the plan itself did not change
+            )
         )
 
 

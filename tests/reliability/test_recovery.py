@@ -14,6 +14,7 @@ from sqlalchemy import select, update
 from bot.github import STATUS_MARKER
 from bot.models import Delivery, Job, JobState, Plan, PlanState, utcnow
 from bot.queue import RUN_JOB
+from bot.status import publish_status
 from double.origin import commit_to_origin
 from tasks.gitcmd import git
 from tasks.jobs import run_job
@@ -580,6 +581,41 @@ def test_a_status_that_is_right_costs_no_writes(wctx, client, github, thread, ca
     reconcile_once(wctx, caplog)
     writes = [r for r in github.requests[before:] if r.method != "GET"]
     assert writes == []
+
+
+def test_a_new_state_is_shown_with_writes_alone(wctx, client, github, thread) -> None:
+    """gaffer notes what it last put on the issue, so showing a new state edits the
+    comment and swaps the label without reading either first; an unchanged one is read."""
+    plan_id = drafted_plan(wctx, client, github, thread)
+    set_plan(wctx, plan_id, state=PlanState.APPROVED)
+    repo_client = wctx.client(INSTALLATION_ID, REPO)
+    before = len(github.requests)
+    publish_status(wctx.db, repo_client, plan_id)
+    made = [(r.method, r.path.rsplit("/", 2)[-2]) for r in github.requests[before:]]
+    assert made == [("PATCH", "comments"), ("POST", "1"), ("DELETE", "labels")]
+    [status] = status_comments(github)
+    assert "`approved`" in status["body"]
+    labels = github.issue_labels(REPO, 1)
+    assert [name for name in labels if name.startswith("gaffer: ")] == ["gaffer: approved"]
+    before = len(github.requests)
+    publish_status(wctx.db, repo_client, plan_id)
+    assert [r.method for r in github.requests[before:]] == ["GET", "GET"]
+
+
+def test_a_note_gone_stale_still_leaves_the_comment_and_one_state_label(
+    wctx, client, github, thread
+) -> None:
+    """Someone deleted the status comment and put another state label on meanwhile: what
+    gaffer noted is wrong, and the issue still ends with its comment and its one label."""
+    plan_id = drafted_plan(wctx, client, github, thread)
+    delete_status_comment(github, wctx)
+    relabel(github, "bug", "gaffer: icebox")
+    set_plan(wctx, plan_id, state=PlanState.APPROVED)
+    publish_status(wctx.db, wctx.client(INSTALLATION_ID, REPO), plan_id)
+    [status] = status_comments(github)
+    assert "`approved`" in status["body"]
+    assert the_plan(wctx).status_comment_id == status["id"]
+    assert github.issue_labels(REPO, 1) == ["bug", "gaffer: approved"]
 
 
 @pytest.mark.parametrize(
