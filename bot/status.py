@@ -204,6 +204,8 @@ def _remember(db: Database, plan_id: int, comment_id: int) -> None:
 
 def _shown(db: Database, plan_id: int, shown: _Shown) -> None:
     """Note what is on the issue now, so the next publisher can write without reading."""
+    if (shown.body_was, shown.label_was) == (shown.digest, shown.state.value):
+        return  # noted already
     with db.session() as session:
         session.execute(
             update(Plan)
