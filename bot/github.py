@@ -19,11 +19,14 @@ from requests.utils import parse_header_links
 
 from bot.lookup_cache import LookupCache
 from bot.masking import SecretMask
-from bot.models import aware
+from bot.models import PlanState, aware
 from bot.settings import Settings
 
 STATUS_MARKER = "<!-- gaffer:status -->"
 LABEL_PREFIX = "gaffer: "
+# The labels that show a plan's state. Other `gaffer: ` labels are people's (`gaffer: p0`
+# sets a priority) and gaffer leaves them be.
+STATE_LABELS = frozenset(LABEL_PREFIX + state.value for state in PlanState)
 # Renew a little before GitHub's expiry so a token never dies in the middle of a git push.
 TOKEN_MARGIN = timedelta(minutes=5)
 # The transport repeats only requests that mean the same the second time. A POST that timed
@@ -645,17 +648,17 @@ class RepoClient(PullsMixin):
             self.writes.rewrite(lambda: issue.edit(state="closed", state_reason="completed"))
 
     def upsert_status(
-        self, number: int, body: str, known_id: int | None, *, changed: bool = False
+        self, number: int, body: str, known_id: int | None, *, read_first: bool = True
     ) -> int:
         """Edit gaffer's one status comment on the issue, creating it only if none exists.
 
-        changed: gaffer last wrote something else there, so the comment is written without
-        being read first (a comment someone deleted meanwhile is still found out)."""
+        Without read_first (gaffer knows it last wrote something else there), the comment is
+        written without being read first; one someone deleted meanwhile is still found out."""
         body = self.mask(body)
-        return self.writes.rewrite(lambda: self._write_status(number, body, known_id, changed))
+        return self.writes.rewrite(lambda: self._write_status(number, body, known_id, read_first))
 
-    def _write_status(self, number: int, body: str, known_id: int | None, changed: bool) -> int:
-        if known_id is not None and self._edit_comment(known_id, body, read_first=not changed):
+    def _write_status(self, number: int, body: str, known_id: int | None, read_first: bool) -> int:
+        if known_id is not None and self._edit_comment(known_id, body, read_first=read_first):
             return known_id
         # A create that timed out may have posted the comment: look by marker before creating.
         issue = self.issue(number)
@@ -697,7 +700,7 @@ class RepoClient(PullsMixin):
     def shows_status(self, number: int, state: str, comment_id: int) -> bool:
         """Tell whether the issue has exactly the state's label and still has comment_id."""
         issue = self.issue(number)
-        labels = {label.name for label in issue.labels if label.name.startswith(LABEL_PREFIX)}
+        labels = {label.name for label in issue.labels if label.name in STATE_LABELS}
         if labels != {LABEL_PREFIX + state}:
             return False
         try:
@@ -708,14 +711,14 @@ class RepoClient(PullsMixin):
             raise
         return True
 
-    def set_state_label(self, number: int, state: str, *, was: str | None = None) -> None:
+    def set_state_label(self, number: int, state: str, *, last_labelled: str | None = None) -> None:
         """Give the issue exactly one `gaffer: <state>` label.
 
-        was: the state gaffer last labelled the issue with. When it is another, the label is
-        added first and the other state labels GitHub's answer lists are removed: two
-        writes, no read. Otherwise the labels are read first, so an unchanged state costs
-        a read, never a write."""
-        if was is not None and was != state:
+        When gaffer last labelled the issue with another state, the label is added first and
+        the other state labels GitHub's answer lists are removed: two writes, no read.
+        Otherwise the labels are read first, so an unchanged state costs a read, never a
+        write."""
+        if last_labelled is not None and last_labelled != state:
             self.writes.rewrite(lambda: self._change_state_label(number, state))
         else:
             self.writes.rewrite(lambda: self._write_state_label(number, state))
@@ -723,14 +726,14 @@ class RepoClient(PullsMixin):
     def _change_state_label(self, number: int, state: str) -> None:
         wanted = LABEL_PREFIX + state
         for label in self._add_label(number, wanted):
-            if label["name"].startswith(LABEL_PREFIX) and label["name"] != wanted:
+            if label["name"] in STATE_LABELS and label["name"] != wanted:
                 self._remove_label(number, label["name"])
 
     def _write_state_label(self, number: int, state: str) -> None:
         issue = self.issue(number)
         wanted = LABEL_PREFIX + state
         for label in issue.labels:
-            if label.name.startswith(LABEL_PREFIX) and label.name != wanted:
+            if label.name in STATE_LABELS and label.name != wanted:
                 self._remove_label(number, label.name)
         if wanted not in {label.name for label in issue.labels}:
             self._add_label(number, wanted)

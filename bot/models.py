@@ -196,7 +196,7 @@ class Plan(Base):
     # What gaffer last put on the issue (bot/status.py): a digest of the status comment's
     # text and the state it labelled. They only spare GitHub reads: a write never trusts them.
     status_shown: Mapped[str | None] = mapped_column(String(64))
-    label_shown: Mapped[str | None] = mapped_column(String(40))
+    label_shown: Mapped[PlanState | None] = mapped_column(_enum(PlanState))
     last_error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(

@@ -47,7 +47,7 @@ class _Shown:
     comment_id: int | None
     # What gaffer last put there: a digest of the comment's text, and the labelled state.
     body_was: str | None = None
-    label_was: str | None = None
+    label_was: PlanState | None = None
 
     @property
     def digest(self) -> str:
@@ -79,14 +79,14 @@ def _show(db: Database, client: RepoClient, plan_id: int, rounds: int) -> None:
             return
         _post_first(db, client, plan_id, shown)
     else:
-        changed = shown.body_was not in (None, shown.digest)
+        written_else = shown.body_was not in (None, shown.digest)
         comment_id = client.upsert_status(
-            shown.number, shown.body, shown.comment_id, changed=changed
+            shown.number, shown.body, shown.comment_id, read_first=not written_else
         )
         if comment_id != shown.comment_id:
             _remember(db, plan_id, comment_id)  # someone deleted the comment; it was posted again
-    client.set_state_label(shown.number, shown.state.value, was=shown.label_was)
-    _shown(db, plan_id, shown)
+    client.set_state_label(shown.number, shown.state.value, last_labelled=shown.label_was)
+    _note_shown(db, plan_id, shown)
     # A change that committed while this was written would leave the issue showing an
     # older status (this writer landing last, or a publisher that left it to us): show it.
     now = _render(db, client, plan_id)
@@ -202,9 +202,9 @@ def _remember(db: Database, plan_id: int, comment_id: int) -> None:
         )
 
 
-def _shown(db: Database, plan_id: int, shown: _Shown) -> None:
+def _note_shown(db: Database, plan_id: int, shown: _Shown) -> None:
     """Note what is on the issue now, so the next publisher can write without reading."""
-    if (shown.body_was, shown.label_was) == (shown.digest, shown.state.value):
+    if (shown.body_was, shown.label_was) == (shown.digest, shown.state):
         return  # noted already
     with db.session() as session:
         session.execute(
@@ -212,7 +212,7 @@ def _shown(db: Database, plan_id: int, shown: _Shown) -> None:
             .where(Plan.id == plan_id)
             .values(
                 status_shown=shown.digest,
-                label_shown=shown.state.value,
+                label_shown=shown.state,
                 updated_at=Plan.updated_at,  # the plan itself did not change
             )
         )

@@ -14,7 +14,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import select
 
-from bot.github import LABEL_PREFIX, STATUS_MARKER
+from bot.github import STATE_LABELS, STATUS_MARKER
 from bot.models import Plan, PlanState, Repository
 from double.webhooks import (
     commented,
@@ -139,7 +139,7 @@ class IssueFlow:
 
     def state_labels(self) -> list[str]:
         """Return gaffer's state labels on the issue (the trigger label stays beside them)."""
-        return [name for name in self.labels() if name.startswith(LABEL_PREFIX)]
+        return [name for name in self.labels() if name in STATE_LABELS]
 
     def comments(self) -> list[dict[str, Any]]:
         return self.github.comments(self.full_name, self.number)

@@ -203,13 +203,13 @@ def merge_conflicts(repo: Path, head_sha: str, others: Sequence[tuple[str, str]]
 
 
 def commits_held(repo: Path, commits: Sequence[str]) -> set[str]:
-    """Those of commits (commit-ish) that repo has as commits, asked of one git process."""
+    """Return which of these commit-ishes the repository holds as commits (one git run)."""
     if not commits:
         return set()
     asked = "".join(f"{commit}^{{commit}}\n" for commit in commits)
     found = git(["cat-file", "--batch-check=%(objecttype)"], cwd=repo, stdin=asked)
     return {
-        commit for commit, line in zip(commits, found.splitlines(), strict=True) if line == "commit"
+        commit for commit, line in zip(commits, found.split("\n"), strict=True) if line == "commit"
     }
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from double.origin import commit_to_origin
-from tests.in_process import CONFIG, InProcess, process_stored, the_plan
+from tests.in_process import CONFIG, InProcess, process_stored, settle, the_plan
 
 
 def test_a_priority_label_sets_the_plans_priority_and_taking_it_off_restores_the_repos(
@@ -19,8 +19,9 @@ def test_a_priority_label_sets_the_plans_priority_and_taking_it_off_restores_the
     assert here.flow.comments() == []
 
     here.flow.label()
-    process_stored(here.wctx)
+    settle(here.wctx)  # the plan is drafted, and its state shown by a label
     assert the_plan(here.wctx).priority == 0
+    assert here.flow.labels() == ["gaffer: p0", "gaffer", "gaffer: draft"]
 
     here.flow.unlabel("gaffer: p0")
     process_stored(here.wctx)

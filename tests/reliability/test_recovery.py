@@ -591,8 +591,13 @@ def test_a_new_state_is_shown_with_writes_alone(wctx, client, github, thread) ->
     repo_client = wctx.client(INSTALLATION_ID, REPO)
     before = len(github.requests)
     publish_status(wctx.db, repo_client, plan_id)
-    made = [(r.method, r.path.rsplit("/", 2)[-2]) for r in github.requests[before:]]
-    assert made == [("PATCH", "comments"), ("POST", "1"), ("DELETE", "labels")]
+    issue = f"/repos/{REPO}/issues"
+    made = [(r.method, r.path) for r in github.requests[before:]]
+    assert made == [
+        ("PATCH", f"{issue}/comments/{the_plan(wctx).status_comment_id}"),
+        ("POST", f"{issue}/1/labels"),
+        ("DELETE", f"{issue}/1/labels/gaffer: draft"),
+    ]
     [status] = status_comments(github)
     assert "`approved`" in status["body"]
     labels = github.issue_labels(REPO, 1)
@@ -606,16 +611,17 @@ def test_a_note_gone_stale_still_leaves_the_comment_and_one_state_label(
     wctx, client, github, thread
 ) -> None:
     """Someone deleted the status comment and put another state label on meanwhile: what
-    gaffer noted is wrong, and the issue still ends with its comment and its one label."""
+    gaffer noted is wrong, and the issue still ends with its comment and its one state
+    label. A priority label, though it starts `gaffer: ` too, is a person's and stays."""
     plan_id = drafted_plan(wctx, client, github, thread)
     delete_status_comment(github, wctx)
-    relabel(github, "bug", "gaffer: icebox")
+    relabel(github, "bug", "gaffer: p1", "gaffer: icebox")
     set_plan(wctx, plan_id, state=PlanState.APPROVED)
     publish_status(wctx.db, wctx.client(INSTALLATION_ID, REPO), plan_id)
     [status] = status_comments(github)
     assert "`approved`" in status["body"]
     assert the_plan(wctx).status_comment_id == status["id"]
-    assert github.issue_labels(REPO, 1) == ["bug", "gaffer: approved"]
+    assert github.issue_labels(REPO, 1) == ["bug", "gaffer: p1", "gaffer: approved"]
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ depends_on = None
 
 def upgrade() -> None:
     op.add_column("plans", sa.Column("status_shown", sa.String(64), nullable=True))
-    op.add_column("plans", sa.Column("label_shown", sa.String(40), nullable=True))
+    op.add_column("plans", sa.Column("label_shown", sa.String(20), nullable=True))
 
 
 def downgrade() -> None:
