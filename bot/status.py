@@ -39,7 +39,8 @@ CLAIM_FOR = timedelta(seconds=60)
 
 @dataclass(frozen=True)
 class _Shown:
-    """What one publisher puts on the issue: the comment's text and the state label."""
+    """What one publisher puts on the issue (the comment's text and the state label), and
+    what the plan notes was put there last."""
 
     body: str
     state: PlanState
@@ -79,9 +80,10 @@ def _show(db: Database, client: RepoClient, plan_id: int, rounds: int) -> None:
             return
         _post_first(db, client, plan_id, shown)
     else:
-        written_else = shown.body_was not in (None, shown.digest)
+        # Noted as saying something else: the comment is written without a look first.
+        noted_other = shown.body_was not in (None, shown.digest)
         comment_id = client.upsert_status(
-            shown.number, shown.body, shown.comment_id, read_first=not written_else
+            shown.number, shown.body, shown.comment_id, read_first=not noted_other
         )
         if comment_id != shown.comment_id:
             _remember(db, plan_id, comment_id)  # someone deleted the comment; it was posted again
